@@ -1,0 +1,114 @@
+// The consumer's protocol, sans I/O: publish events (an immediate, a tail record read from
+// memory) move the publish mark; records between the read head and the mark are checked and
+// delivered in order; released space goes back to the producer as credit write-backs, lazily.
+//
+// A record is delivered only when its header check, its sequence (exactly the next one) and its
+// payload check all pass. In `imm` mode the immediate's completion guarantees the bytes are
+// placed, so a failed check is a protocol violation at once. In `tail` mode the publish rests on
+// in-order placement (protocol-spec/publish-modes.md); a failed check below the mark is waited
+// out for `ordering_grace`, then reported as a violation: never delivered.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "rdmaring/error.hpp"
+#include "rdmaring/ledger.hpp"
+#include "rdmaring/producer_core.hpp"
+#include "rdmaring/ring_geometry.hpp"
+#include "rdmaring/send_queue_budget.hpp"
+#include "rdmaring/wire.hpp"
+
+namespace rdmaring {
+
+struct ConsumerConfig {
+  std::uint32_t credit_fraction = 4;  // write credit back once ring/credit_fraction is released
+  std::chrono::nanoseconds ordering_grace = std::chrono::seconds(1);
+  std::uint32_t sq_depth = kDefaultSqDepth;
+  std::uint32_t signal_interval = kDefaultSignalInterval;
+
+  Result<void> validate() const;
+};
+
+struct DeliveredRecord {
+  std::span<const std::byte> payload;  // in the ring: valid until released
+  std::uint64_t sequence = 0;
+  std::uint64_t end = 0;               // position after the record: pass to release()
+};
+
+struct CreditWrite {
+  std::array<std::byte, wire::kCreditRecordSize> bytes{};  // posted inline to the credit MR
+  SendQueueBudget::Slot slot{};
+};
+
+struct ConsumerCounters {
+  std::uint64_t records = 0;
+  std::uint64_t payload_bytes = 0;
+  std::uint64_t padding_records = 0;
+  std::uint64_t publishes = 0;            // immediates / tail records that moved the mark
+  std::uint64_t credit_writes = 0;
+  std::uint64_t credit_requests = 0;      // producer asked for credit
+  std::uint64_t torn_tail_reads = 0;
+  std::uint64_t stale_epoch = 0;          // publishes from another epoch, ignored
+  std::uint64_t not_ready = 0;            // tail mode: a published record failed its checks (waited out)
+};
+
+class ConsumerCore {
+ public:
+  // Assumes ring.size() == geometry.bytes and `config` validated. `next_sequence` is the first
+  // sequence to deliver.
+  ConsumerCore(std::span<const std::byte> ring, const RingGeometry& geometry, wire::PublishMode mode,
+               std::uint64_t epoch, std::uint64_t next_sequence, const ConsumerConfig& config) noexcept;
+
+  // Mode imm: a receive completion's immediate. Errors: protocol_violation (tail out of range,
+  // wrong epoch bits); the connection's error once broken.
+  Result<void> on_immediate(std::uint32_t imm);
+  // Mode tail: the tail MR's bytes as read now (torn reads are ignored and counted).
+  Result<void> on_tail(std::span<const std::byte, wire::kTailRecordSize> bytes);
+
+  // The next record, now being consumed; nullopt when none is published (or, in tail mode, the
+  // next one is not yet valid). Errors: protocol_violation.
+  Result<std::optional<DeliveredRecord>> next(Clock::time_point now);
+  // Releases every delivered record up to `end` (a DeliveredRecord::end). Errors:
+  // invalid_argument when `end` is not between the last release and the last delivery.
+  Result<void> release(std::uint64_t end);
+
+  // The credit write-back due now, if any (a quarter ring released, or the producer asked).
+  std::optional<CreditWrite> take_credit();
+  void on_completion(std::uint64_t wr_id, bool success, int wc_status = 0);
+
+  const std::optional<Error>& failure() const noexcept { return failure_; }
+  ConsumerLedger ledger() const noexcept;
+  const ConsumerCounters& counters() const noexcept { return counters_; }
+  std::uint64_t next_sequence() const noexcept { return next_sequence_; }
+  std::uint64_t epoch() const noexcept { return epoch_; }
+
+ private:
+  Error violation(std::string what);
+  void skip(std::uint64_t span);
+
+  std::span<const std::byte> ring_;
+  RingGeometry geometry_;
+  wire::PublishMode mode_;
+  std::uint64_t epoch_;
+  ConsumerConfig config_;
+  SendQueueBudget sq_;
+
+  std::uint64_t credited_ = 0;
+  std::uint64_t released_ = 0;
+  std::uint64_t delivered_ = 0;
+  std::uint64_t head_ = 0;
+  std::uint64_t published_ = 0;
+  std::uint64_t next_sequence_;
+  std::uint32_t credit_requests_seen_ = 0;
+  bool credit_asked_ = false;
+  std::array<std::byte, wire::kTailRecordSize> last_tail_{};  // polled often, decoded when it changes
+  std::optional<Clock::time_point> invalid_since_;
+  std::optional<Error> failure_;
+  ConsumerCounters counters_;
+};
+
+}  // namespace rdmaring

@@ -1,0 +1,72 @@
+// Errors of the data plane and of set-up.
+//
+// The data path returns Result<T> (Boost.Outcome) so a full ring or a dead QP is a value the
+// caller branches on, not an exception. Set-up (registration, connect) throws SetupError,
+// because nothing useful can run on a half-built connection. Both carry an Error: a code the
+// caller can compare against `errc` or an errno, and the context a human needs (which verbs call,
+// on which object) to act on it.
+#pragma once
+
+#include <boost/outcome/result.hpp>
+#include <boost/outcome/try.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+namespace rdmaring {
+
+enum class errc {
+  would_block = 1,          // no ring space (or SQ slots) now; retry after progress
+  timed_out,                // a blocking call's deadline passed
+  record_too_large,         // record span exceeds the configured maximum or the ring
+  bad_config,               // a configuration value is out of range
+  relaxed_ordering_refused, // relaxed ordering asked for where the publish mode forbids it
+  odp_unsupported,          // on-demand paging asked for, device has none
+  memlock_too_low,          // RLIMIT_MEMLOCK below what registration needs
+  verbs_failure,            // a verbs/rdma_cm call failed (errno in Error::sys_errno)
+  completion_error,         // a work completion with a status other than IBV_WC_SUCCESS
+  protocol_violation,       // the peer broke the wire protocol (bad check, bad sequence, ...)
+  stale_epoch,              // a message from an older epoch
+  peer_gone,                // the connection is disconnected
+  no_claim,                 // commit()/abort() without an open claim
+  claim_open,               // a second claim(), or send() while a claim is open
+  no_device,                // no verbs device to open
+  invalid_argument,         // a call's argument is outside what the call accepts
+};
+
+const std::error_category& rdmaring_category() noexcept;
+std::error_code make_error_code(errc e) noexcept;
+
+// What failed: the code, the errno of the failing call (0 if none), and a one-line context
+// naming the call and object ("ibv_post_send(qp 0x11 on rxe0)").
+struct Error {
+  std::error_code code;
+  int sys_errno = 0;
+  std::string context;
+
+  std::string message() const;
+  bool operator==(errc e) const noexcept { return code == make_error_code(e); }
+};
+
+Error make_error(errc e, std::string context = {}, int sys_errno = 0);
+
+using boost::outcome_v2::success;
+
+template <class T>
+using Result = boost::outcome_v2::result<T, Error, boost::outcome_v2::policy::terminate>;
+
+// Thrown by set-up code; what() is Error::message().
+class SetupError : public std::runtime_error {
+ public:
+  explicit SetupError(Error e);
+  const Error& error() const noexcept { return error_; }
+
+ private:
+  Error error_;
+};
+
+}  // namespace rdmaring
+
+template <>
+struct std::is_error_code_enum<rdmaring::errc> : std::true_type {};

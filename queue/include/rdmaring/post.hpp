@@ -1,0 +1,33 @@
+// Turning the cores' work requests into one chained ibv_post_send. Shared by both adapters so
+// the mapping of Kind to opcode and flags exists once.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <array>
+#include <cstdint>
+#include <span>
+
+#include "rdmaring/producer_core.hpp"
+#include "rdmaring/verbs/qp.hpp"
+
+namespace rdmaring {
+
+// Where the payload segments of a work request come from and go to.
+struct WriteTarget {
+  std::byte* local_base = nullptr;  // staging (producer) or unused (inline-only posts)
+  std::uint32_t lkey = 0;
+  std::uint64_t remote_base = 0;    // ring address at the consumer
+  std::uint32_t rkey = 0;
+  std::uint64_t tail_addr = 0;      // tail MR (mode tail)
+  std::uint32_t tail_rkey = 0;
+};
+
+// Posts `wrs` as one chain. Errors: as QueuePair::post_send.
+Result<void> post_chain(verbs::QueuePair& qp, std::span<const WorkRequest> wrs, const WriteTarget& target);
+
+// Posts one inline RDMA_WRITE of `bytes` to remote `addr`/`rkey` (tail or credit record).
+Result<void> post_inline_write(verbs::QueuePair& qp, std::span<const std::byte> bytes, std::uint64_t addr,
+                               std::uint32_t rkey, const SendQueueBudget::Slot& slot);
+
+}  // namespace rdmaring

@@ -1,0 +1,167 @@
+// The producer's protocol, sans I/O: it turns application calls (claim, commit, send, flush),
+// completions and credit records into work requests to post. It writes record headers into
+// the staging buffer it is given, and never calls verbs: the verbs adapter (producer.hpp) and
+// the test fabric drive the same core.
+//
+// The staging buffer mirrors the remote ring byte for byte (position p is staged at
+// offset(p)). So the ledger of the ring is also the ledger of staging: a record stays in
+// staging until the consumer's credit write-back releases it, which is exactly what recovery
+// after a reconnect needs to re-send it.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "rdmaring/error.hpp"
+#include "rdmaring/ledger.hpp"
+#include "rdmaring/ring_geometry.hpp"
+#include "rdmaring/send_queue_budget.hpp"
+#include "rdmaring/wire.hpp"
+
+namespace rdmaring {
+
+using Clock = std::chrono::steady_clock;
+
+// When the producer turns committed records into a publish: whichever threshold is hit first.
+struct CoalescePolicy {
+  std::uint64_t bytes = 64 * 1024;                  // written-not-published bytes
+  std::uint32_t records = 256;                      // written-not-published records
+  std::chrono::nanoseconds delay = std::chrono::microseconds(50);  // age of the oldest one
+};
+
+struct ProducerConfig {
+  CoalescePolicy coalesce;
+  std::uint32_t sq_depth = kDefaultSqDepth;
+  std::uint32_t signal_interval = kDefaultSignalInterval;
+
+  // errc::bad_config with the reason when the values cannot work together.
+  Result<void> validate() const;
+};
+
+// What the consumer told us at connect time.
+struct PeerRing {
+  wire::PublishMode mode = wire::PublishMode::imm;
+  RingGeometry geometry;
+  std::uint64_t epoch = 1;
+  std::uint64_t next_sequence = 0;
+};
+
+// One work request for the adapter to post, in order, on the connection's RC QP.
+struct WorkRequest {
+  enum class Kind : std::uint8_t {
+    write,           // staging[local_offset, +length) -> ring[remote_offset, +length)
+    write_with_imm,  // the same, then publish: the consumer receives `imm`
+    write_tail,      // publish: `tail` (inline) -> the consumer's tail MR
+  };
+  Kind kind = Kind::write;
+  std::uint64_t local_offset = 0;
+  std::uint64_t remote_offset = 0;
+  std::uint32_t length = 0;
+  std::uint32_t imm = 0;
+  std::array<std::byte, wire::kTailRecordSize> tail{};
+  SendQueueBudget::Slot slot{};
+};
+
+// Everything one ibv_post_send carries: at most two payload segments (a batch crosses the ring's
+// end at most once) and the publish.
+struct PostBatch {
+  std::array<WorkRequest, 3> wrs{};
+  std::size_t count = 0;
+  std::span<const WorkRequest> requests() const noexcept { return {wrs.data(), count}; }
+};
+
+struct ProducerCounters {
+  std::uint64_t records = 0;          // data records committed
+  std::uint64_t payload_bytes = 0;
+  std::uint64_t padding_records = 0;
+  std::uint64_t batches = 0;          // publishes
+  std::uint64_t wrs = 0;
+  std::uint64_t signaled = 0;
+  std::uint64_t wire_bytes = 0;       // bytes written to the ring, headers and padding included
+  std::uint64_t credit_updates = 0;   // credit records that moved `released`
+  std::uint64_t credit_requests = 0;  // publishes that asked for credit
+  std::uint64_t torn_credit_reads = 0;
+  std::uint64_t stale_credit = 0;     // credit records from another epoch, ignored
+  std::uint64_t would_block = 0;      // claims refused for lack of ring space
+  std::uint64_t sq_full = 0;          // batches held back for lack of send-queue slots
+};
+
+class ProducerCore {
+ public:
+  // Assumes staging.size() == peer.geometry.bytes and `config` validated.
+  ProducerCore(std::span<std::byte> staging, const PeerRing& peer, const ProducerConfig& config) noexcept;
+
+  // Opens a claim of `len` payload bytes and returns them, in staging, for the caller to fill.
+  // Errors: record_too_large (len > max_record); would_block (ring space is not yet released:
+  // flush, take credit and retry); claim_open; the connection's error once broken.
+  Result<std::span<std::byte>> claim(std::uint32_t len, Clock::time_point now);
+  // Seals the open claim as a record of `len` bytes (at most the claimed length; default: all).
+  // Errors: no_claim; record_too_large when len exceeds the claim.
+  Result<void> commit(std::optional<std::uint32_t> len = std::nullopt);
+  // Drops the open claim; nothing of it is sent.
+  void abort() noexcept;
+  // claim + copy + commit.
+  Result<void> send(std::span<const std::byte> payload, Clock::time_point now);
+
+  // True when a coalescing threshold is reached or credit must be asked for.
+  bool flush_due(Clock::time_point now) const noexcept;
+  // The next batch to post, regardless of thresholds; nullopt when nothing is waiting or the
+  // send queue has no room (then retry after completions).
+  std::optional<PostBatch> take_batch();
+
+  // Asks the consumer for a credit write-back with the next publish (once until credit moves).
+  void request_credit() noexcept { want_credit_ = !credit_asked_; }
+
+  // A signaled send completion. A failed one breaks the connection (errc::completion_error).
+  void on_completion(std::uint64_t wr_id, bool success, int wc_status = 0);
+  // The bytes of the credit MR, as read now (possibly torn; then ignored and counted).
+  void on_credit(std::span<const std::byte, wire::kCreditRecordSize> bytes);
+
+  // Set when the connection failed; every call then returns it.
+  const std::optional<Error>& failure() const noexcept { return failure_; }
+  ProducerLedger ledger() const noexcept;
+  const ProducerCounters& counters() const noexcept { return counters_; }
+  std::uint64_t next_sequence() const noexcept { return next_sequence_; }
+  std::uint64_t delivered() const noexcept { return delivered_; }
+  const PeerRing& peer() const noexcept { return peer_; }
+  std::uint64_t send_queue_outstanding() const noexcept { return sq_.outstanding(); }
+
+ private:
+  struct Claim {
+    std::uint64_t at;  // position of the record's header
+    std::uint32_t len;
+    Clock::time_point when;  // the coalescing delay of a record counts from its claim
+  };
+  std::uint64_t free_bytes() const noexcept { return released_ + peer_.geometry.bytes - committed_; }
+  std::span<std::byte, wire::kRecordHeaderSize> header_at(std::uint64_t pos) noexcept;
+  void append_padding(std::uint64_t next_sequence);
+  void mark_committed(std::uint64_t bytes, Clock::time_point now);
+  void fail(Error e);
+
+  std::span<std::byte> staging_;
+  PeerRing peer_;
+  ProducerConfig config_;
+  SendQueueBudget sq_;
+
+  std::uint64_t released_ = 0;
+  std::uint64_t published_ = 0;
+  std::uint64_t committed_ = 0;
+  std::optional<Claim> claim_;
+  std::uint64_t next_sequence_;
+  std::uint64_t published_sequence_;
+  std::uint64_t delivered_;
+  std::uint32_t pending_records_ = 0;
+  Clock::time_point oldest_pending_{};
+  bool want_credit_ = false;
+  bool credit_asked_ = false;
+  std::uint32_t credit_requests_ = 0;
+  std::array<std::byte, wire::kCreditRecordSize> last_credit_{};  // polled often, decoded when it changes
+  std::optional<Error> failure_;
+  ProducerCounters counters_;
+};
+
+}  // namespace rdmaring

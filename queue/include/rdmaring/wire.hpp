@@ -1,0 +1,142 @@
+// The wire formats of rdmaring, written once. protocol-spec/wire-formats.md describes these
+// bytes for a re-implementer and names this header as the source of every constant in it.
+//
+// All multi-byte fields are little-endian. Encoders and decoders copy bytes (no struct
+// punning) so they work on memory the peer's NIC may be writing concurrently and on hostile
+// input: a decoder never trusts a length before checking it.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+namespace rdmaring::wire {
+
+inline constexpr std::uint32_t kVersion = 1;
+
+// ---- Records in the ring ------------------------------------------------------------------
+// Every record starts on a 64-byte boundary: a 24-byte header, the payload, zero fill to the
+// next boundary. 64 B keeps a header from straddling a cache line, so a torn header can only
+// come from a partially placed write, which the header check catches.
+inline constexpr std::size_t kRecordAlign = 64;
+inline constexpr std::size_t kRecordHeaderSize = 24;
+
+enum class RecordKind : std::uint16_t {
+  data = 1,     // a record for the application
+  padding = 2,  // fills the ring from here to its end; the next record starts at offset 0
+};
+
+struct RecordHeader {
+  std::uint32_t payload_len = 0;   // bytes of payload after the header
+  RecordKind kind = RecordKind::data;
+  std::uint64_t sequence = 0;      // data: this record's per-producer sequence (from 0);
+                                   // padding: the sequence of the data record that follows
+  std::uint32_t payload_crc = 0;   // CRC-32C of the payload bytes
+};
+// Layout: [0,4) payload_len, [4,6) kind, [6,8) reserved = 0, [8,16) sequence,
+//         [16,20) payload_crc, [20,24) header_crc = CRC-32C of bytes [0,20).
+
+void encode(const RecordHeader& h, std::span<std::byte, kRecordHeaderSize> out) noexcept;
+// nullopt: the header check fails, the kind is unknown or the reserved field is not zero.
+std::optional<RecordHeader> decode_record_header(std::span<const std::byte, kRecordHeaderSize> in) noexcept;
+
+// Bytes a record with `payload_len` bytes of payload occupies in the ring.
+constexpr std::uint64_t record_span(std::uint64_t payload_len) noexcept {
+  return (kRecordHeaderSize + payload_len + kRecordAlign - 1) & ~std::uint64_t{kRecordAlign - 1};
+}
+
+// ---- Publish by immediate (mode `imm`) ----------------------------------------------------
+// The 32-bit immediate of the RDMA_WRITE_WITH_IMM that publishes:
+//   bits  0..27  new tail, in 64-byte units, modulo 2^28 (the consumer widens it: the tail is
+//                never more than one ring ahead of what it has seen, and rings are < 2^34 B)
+//   bit   28     credit request: the producer is short of space, write credit back soon
+//   bits 29..31  epoch, low 3 bits (a write from a fenced epoch cannot land at all because its
+//                rkey is revoked; these bits catch a confused peer)
+inline constexpr unsigned kImmTailBits = 28;
+inline constexpr std::uint32_t kImmTailMask = (1u << kImmTailBits) - 1;
+inline constexpr std::uint32_t kImmCreditRequest = 1u << 28;
+inline constexpr unsigned kImmEpochShift = 29;
+inline constexpr std::uint64_t kMaxRingBytes = std::uint64_t{1} << (kImmTailBits + 6 - 1);
+
+struct Immediate {
+  std::uint32_t tail_units = 0;  // tail / 64, modulo 2^28
+  bool credit_request = false;
+  std::uint32_t epoch_low = 0;   // epoch & 7
+};
+std::uint32_t encode(const Immediate& imm) noexcept;
+Immediate decode_immediate(std::uint32_t raw) noexcept;
+// Widen a 28-bit tail to the 64-bit byte position nearest at or after `known` (the last tail the
+// consumer saw). nullopt when the result would run more than `ring_bytes` ahead of `released`.
+std::optional<std::uint64_t> widen_tail(std::uint32_t tail_units, std::uint64_t known,
+                                        std::uint64_t released, std::uint64_t ring_bytes) noexcept;
+
+// ---- Publish by tail record (mode `tail`) -------------------------------------------------
+// Written by one RDMA_WRITE into the consumer's 64-byte tail MR, after the payload writes on
+// the same RC QP. Layout: [0,8) epoch, [8,16) tail (byte position), [16,24) next_sequence,
+// [24,28) credit_requests, [28,32) check = CRC-32C of [0,28).
+inline constexpr std::size_t kTailRecordSize = 32;
+struct TailRecord {
+  std::uint64_t epoch = 0;
+  std::uint64_t tail = 0;             // monotonic byte position: everything below is published
+  std::uint64_t next_sequence = 0;    // sequence of the first record not yet published
+  std::uint32_t credit_requests = 0;  // counts the producer's requests for credit
+};
+void encode(const TailRecord& t, std::span<std::byte, kTailRecordSize> out) noexcept;
+// nullopt: check fails (torn read while the NIC places it, or garbage).
+std::optional<TailRecord> decode_tail_record(std::span<const std::byte, kTailRecordSize> in) noexcept;
+
+// ---- Credit write-back --------------------------------------------------------------------
+// Written by the consumer with one RDMA_WRITE into the producer's credit MR: space below
+// `released` may be overwritten. Layout: [0,8) epoch, [8,16) released (byte position),
+// [16,24) delivered = sequence of the next record to deliver, [24,28) credit_requests_seen,
+// [28,32) check = CRC-32C of [0,28).
+inline constexpr std::size_t kCreditRecordSize = 32;
+struct CreditRecord {
+  std::uint64_t epoch = 0;
+  std::uint64_t released = 0;
+  std::uint64_t delivered = 0;
+  std::uint32_t credit_requests_seen = 0;
+};
+void encode(const CreditRecord& c, std::span<std::byte, kCreditRecordSize> out) noexcept;
+std::optional<CreditRecord> decode_credit_record(std::span<const std::byte, kCreditRecordSize> in) noexcept;
+
+// ---- rdma_cm private data -----------------------------------------------------------------
+inline constexpr std::uint32_t kMagic = 0x474e5252;  // "RRNG"
+
+enum class PublishMode : std::uint8_t { imm = 1, tail = 2 };
+
+// Producer -> consumer, in the connect request (RC private data is at most 56 bytes).
+// Layout: [0,4) magic, [4,6) version, [6,8) reserved, [8,16) credit_addr, [16,20) credit_rkey,
+// [20,24) reserved.
+inline constexpr std::size_t kConnectDataSize = 24;
+struct ConnectData {
+  std::uint64_t credit_addr = 0;
+  std::uint32_t credit_rkey = 0;
+};
+std::array<std::byte, kConnectDataSize> encode(const ConnectData& c) noexcept;
+std::optional<ConnectData> decode_connect_data(std::span<const std::byte> in) noexcept;
+
+// Consumer -> producer, in the accept (at most 196 bytes).
+// Layout: [0,4) magic, [4,6) version, [6,7) mode, [7,8) flags (bit 0: payload MR uses relaxed
+// ordering), [8,16) ring_addr, [16,20) ring_rkey, [20,24) max_record, [24,32) ring_bytes,
+// [32,40) tail_addr, [40,44) tail_rkey, [44,48) reserved, [48,56) epoch, [56,64) next_sequence.
+inline constexpr std::size_t kAcceptDataSize = 64;
+inline constexpr std::uint8_t kAcceptRelaxedOrdering = 1;
+struct AcceptData {
+  PublishMode mode = PublishMode::imm;
+  std::uint8_t flags = 0;
+  std::uint64_t ring_addr = 0;
+  std::uint32_t ring_rkey = 0;
+  std::uint32_t max_record = 0;
+  std::uint64_t ring_bytes = 0;
+  std::uint64_t tail_addr = 0;   // mode tail only
+  std::uint32_t tail_rkey = 0;   // mode tail only
+  std::uint64_t epoch = 0;
+  std::uint64_t next_sequence = 0;  // the first sequence the consumer will deliver
+};
+std::array<std::byte, kAcceptDataSize> encode(const AcceptData& a) noexcept;
+std::optional<AcceptData> decode_accept_data(std::span<const std::byte> in) noexcept;
+
+}  // namespace rdmaring::wire

@@ -1,0 +1,254 @@
+#include "rdmaring/consumer.hpp"
+
+#include <arpa/inet.h>
+
+#include <array>
+#include <optional>
+#include <vector>
+
+#include "rdmaring/dma.hpp"
+#include "rdmaring/post.hpp"
+#include "rdmaring/verbs/cm_id.hpp"
+#include "rdmaring/verbs/context.hpp"
+#include "rdmaring/verbs/cq.hpp"
+#include "rdmaring/verbs/event_channel.hpp"
+#include "rdmaring/verbs/mr.hpp"
+#include "rdmaring/verbs/pd.hpp"
+#include "rdmaring/verbs/qp.hpp"
+#include "rdmaring/verbs/srq.hpp"
+
+namespace rdmaring {
+namespace {
+
+// Receive WRs carry this id, so an error completion (whose opcode is undefined) can still be
+// told apart from a credit write's.
+constexpr std::uint64_t kRecvWrId = ~std::uint64_t{0};
+// Receives are re-posted in chains of this many.
+constexpr std::uint32_t kRecvRepostBatch = 16;
+
+}  // namespace
+
+Result<void> ConsumerOptions::validate() const {
+  BOOST_OUTCOME_TRYV(RingGeometry::make(ring_bytes, max_record));
+  BOOST_OUTCOME_TRYV(core.validate());
+  if (relaxed_ordering && mode == wire::PublishMode::tail)
+    return make_error(errc::relaxed_ordering_refused,
+                      "relaxed ordering with publish mode tail: the tail record's write may land before the payload "
+                      "it publishes, and the consumer would read a record that is not there yet; use mode imm");
+  if (mode == wire::PublishMode::imm && recv_depth < 2 * kRecvRepostBatch)
+    return make_error(errc::bad_config, "recv_depth " + std::to_string(recv_depth) + " below " +
+                                            std::to_string(2 * kRecvRepostBatch));
+  return success();
+}
+
+struct Consumer::Connection {
+  ConsumerOptions options;
+  verbs::EventChannel channel;
+  verbs::CmId listener{channel};
+  std::optional<verbs::CmId> id;
+  std::optional<verbs::ProtectionDomain> pd;
+  std::optional<verbs::CompletionQueue> cq;
+  std::optional<verbs::SharedReceiveQueue> srq;
+  std::optional<verbs::AlignedBuffer> ring;
+  std::optional<verbs::MemoryRegion> ring_mr;
+  verbs::AlignedBuffer tail_buf{4096};
+  std::optional<verbs::MemoryRegion> tail_mr;
+  std::optional<verbs::QueuePair> qp;
+  std::optional<ConsumerCore> core;
+  std::vector<ibv_recv_wr> recv_chain;
+  std::uint32_t recv_owed = 0;  // receives consumed, not yet re-posted
+  wire::ConnectData producer;
+  bool connected = false;
+  std::uint64_t recv_completions = 0;
+  std::uint64_t recv_posts = 0;
+  std::uint64_t post_send_calls = 0;
+
+  Result<void> post_receives(std::uint32_t n) {
+    for (std::uint32_t i = 0; i < n; ++i) recv_chain[i].next = i + 1 < n ? &recv_chain[i + 1] : nullptr;
+    ++recv_posts;
+    return srq->post_recv(recv_chain[0]);
+  }
+};
+
+Consumer Consumer::listen(const ConsumerOptions& options) {
+  if (auto ok = options.validate(); !ok) throw SetupError(ok.error());
+  auto c = std::make_unique<Connection>();
+  c->options = options;
+  c->listener.bind_and_listen(options.address, options.port, 8);
+  return Consumer(std::move(c));
+}
+
+Consumer::Consumer(std::unique_ptr<Connection> c) noexcept : c_(std::move(c)) {}
+Consumer::Consumer(Consumer&&) noexcept = default;
+Consumer& Consumer::operator=(Consumer&&) noexcept = default;
+Consumer::~Consumer() = default;
+
+std::uint16_t Consumer::port() const { return c_->listener.local_port(); }
+
+void Consumer::accept() {
+  Connection& c = *c_;
+  const ConsumerOptions& o = c.options;
+  auto request = c.listener.next_request(o.accept_timeout);
+  const auto hello = wire::decode_connect_data(request.private_data);
+  if (!hello)
+    throw SetupError(make_error(errc::protocol_violation,
+                                request.id.describe() + ": connect request is not rdmaring v" + std::to_string(wire::kVersion)));
+  c.producer = *hello;
+  c.id.emplace(std::move(request.id));
+  const verbs::Context ctx = c.id->context();
+  c.pd.emplace(ctx);
+  c.cq.emplace(ctx, static_cast<int>(o.core.sq_depth + o.recv_depth));
+
+  int ring_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  if (o.relaxed_ordering) ring_access |= IBV_ACCESS_RELAXED_ORDERING;
+  c.ring.emplace(o.ring_bytes);
+  c.ring_mr.emplace(*c.pd, c.ring->data(), c.ring->size(), ring_access, o.on_demand_paging);
+
+  verbs::QueuePairCaps caps;
+  caps.max_send_wr = o.core.sq_depth;
+  caps.max_recv_wr = 1;
+  caps.max_inline_data = wire::kCreditRecordSize;
+  if (o.mode == wire::PublishMode::imm) {
+    c.srq.emplace(*c.pd, o.recv_depth);
+    c.recv_chain.assign(o.recv_depth, ibv_recv_wr{});
+    for (auto& wr : c.recv_chain) wr.wr_id = kRecvWrId;  // no scatter list: an immediate carries no payload
+  } else {
+    c.tail_mr.emplace(*c.pd, c.tail_buf.data(), c.tail_buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  }
+  c.qp.emplace(*c.id, *c.pd, *c.cq, *c.cq, caps, c.srq ? &*c.srq : nullptr);
+  if (c.qp->max_inline_data() < wire::kCreditRecordSize)
+    throw SetupError(make_error(errc::bad_config, c.qp->describe() + ": device grants " +
+                                                      std::to_string(c.qp->max_inline_data()) +
+                                                      " B of inline data, the credit record needs " +
+                                                      std::to_string(wire::kCreditRecordSize)));
+  if (c.srq)
+    if (auto r = c.post_receives(o.recv_depth); !r) throw SetupError(r.error());
+
+  const auto geometry = RingGeometry::make(o.ring_bytes, o.max_record).value();
+  const std::uint64_t epoch = 1;
+  c.core.emplace(c.ring->bytes(), geometry, o.mode, epoch, 0, o.core);
+
+  wire::AcceptData a;
+  a.mode = o.mode;
+  a.flags = o.relaxed_ordering ? wire::kAcceptRelaxedOrdering : 0;
+  a.ring_addr = reinterpret_cast<std::uintptr_t>(c.ring->data());
+  a.ring_rkey = c.ring_mr->rkey();
+  a.max_record = o.max_record;
+  a.ring_bytes = o.ring_bytes;
+  if (c.tail_mr) {
+    a.tail_addr = reinterpret_cast<std::uintptr_t>(c.tail_buf.data());
+    a.tail_rkey = c.tail_mr->rkey();
+  }
+  a.epoch = epoch;
+  a.next_sequence = 0;
+  const auto reply = wire::encode(a);
+  rdma_conn_param param{};
+  param.private_data = reply.data();
+  param.private_data_len = static_cast<std::uint8_t>(reply.size());
+  param.retry_count = 7;
+  param.rnr_retry_count = 7;
+  c.id->accept(param, o.accept_timeout);
+  c.connected = true;
+}
+
+Result<void> Consumer::progress() {
+  Connection& c = *c_;
+  std::array<ibv_wc, 32> wcs;
+  BOOST_OUTCOME_TRY(n, c.cq->poll(wcs));
+  for (std::size_t i = 0; i < n; ++i) {
+    const ibv_wc& wc = wcs[i];
+    if (wc.status == IBV_WC_WR_FLUSH_ERR) {
+      // The QP was moved to error (the producer left): what is published stays deliverable.
+      c.connected = false;
+      continue;
+    }
+    if (wc.wr_id == kRecvWrId) {
+      ++c.recv_completions;
+      ++c.recv_owed;
+      if (wc.status != IBV_WC_SUCCESS) {
+        c.core->on_completion(wc.wr_id, false, wc.status);
+        continue;
+      }
+      BOOST_OUTCOME_TRYV(c.core->on_immediate(ntohl(wc.imm_data)));
+    } else {
+      c.core->on_completion(wc.wr_id, wc.status == IBV_WC_SUCCESS, wc.status);
+    }
+  }
+  if (c.srq && c.connected && c.recv_owed >= kRecvRepostBatch) {
+    BOOST_OUTCOME_TRYV(c.post_receives(c.recv_owed));
+    c.recv_owed = 0;
+  }
+  if (c.tail_mr) {
+    std::array<std::byte, wire::kTailRecordSize> tail;
+    read_dma(c.tail_buf.data(), std::span{tail});
+    BOOST_OUTCOME_TRYV(c.core->on_tail(tail));
+  }
+  if (c.core->failure()) return *c.core->failure();
+  return success();
+}
+
+Result<void> Consumer::return_credit() {
+  Connection& c = *c_;
+  if (!c.connected) return success();
+  while (auto w = c.core->take_credit()) {
+    ++c.post_send_calls;
+    BOOST_OUTCOME_TRYV(post_inline_write(*c.qp, w->bytes, c.producer.credit_addr, c.producer.credit_rkey, w->slot));
+  }
+  return success();
+}
+
+Result<std::size_t> Consumer::poll(const Handler& handler, std::size_t max) {
+  BOOST_OUTCOME_TRYV(progress());
+  const auto now = Clock::now();
+  std::size_t n = 0;
+  std::uint64_t last_end = 0;
+  while (n < max) {
+    BOOST_OUTCOME_TRY(record, c_->core->next(now));
+    if (!record) break;
+    handler(*record);
+    last_end = record->end;
+    ++n;
+  }
+  if (n > 0) {
+    BOOST_OUTCOME_TRYV(c_->core->release(last_end));
+  }
+  BOOST_OUTCOME_TRYV(return_credit());
+  return n;
+}
+
+Result<std::size_t> Consumer::poll_batch(std::span<DeliveredRecord> out) {
+  BOOST_OUTCOME_TRYV(progress());
+  const auto now = Clock::now();
+  std::size_t n = 0;
+  while (n < out.size()) {
+    BOOST_OUTCOME_TRY(record, c_->core->next(now));
+    if (!record) break;
+    out[n++] = *record;
+  }
+  BOOST_OUTCOME_TRYV(return_credit());
+  return n;
+}
+
+Result<void> Consumer::release(const DeliveredRecord& last) {
+  BOOST_OUTCOME_TRYV(c_->core->release(last.end));
+  return return_credit();
+}
+
+bool Consumer::connected() {
+  Connection& c = *c_;
+  while (c.connected) {
+    auto event = c.channel.next(std::chrono::milliseconds(0));
+    if (!event) break;
+    if (event.value().type() == RDMA_CM_EVENT_DISCONNECTED) c.connected = false;
+  }
+  return c.connected;
+}
+
+ConsumerStats Consumer::stats() const {
+  const Connection& c = *c_;
+  return ConsumerStats{c.core->counters(), c.recv_completions, c.recv_posts, c.post_send_calls, c.core->ledger()};
+}
+
+std::string Consumer::ledger_dump() const { return to_string(c_->core->ledger()); }
+
+}  // namespace rdmaring

@@ -1,0 +1,151 @@
+#include "rdmaring/consumer_core.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "rdmaring/record_reader.hpp"
+
+namespace rdmaring {
+
+Result<void> ConsumerConfig::validate() const {
+  BOOST_OUTCOME_TRY(validate_send_queue(sq_depth, signal_interval, 1));
+  if (credit_fraction < 1 || credit_fraction > 64)
+    return make_error(errc::bad_config, "credit_fraction " + std::to_string(credit_fraction) + " outside 1..64");
+  return success();
+}
+
+ConsumerCore::ConsumerCore(std::span<const std::byte> ring, const RingGeometry& geometry, wire::PublishMode mode,
+                           std::uint64_t epoch, std::uint64_t next_sequence, const ConsumerConfig& config) noexcept
+    : ring_(ring),
+      geometry_(geometry),
+      mode_(mode),
+      epoch_(epoch),
+      config_(config),
+      sq_(config.sq_depth, config.signal_interval),
+      next_sequence_(next_sequence) {}
+
+Error ConsumerCore::violation(std::string what) {
+  if (!failure_) failure_ = make_error(errc::protocol_violation, std::move(what));
+  return *failure_;
+}
+
+Result<void> ConsumerCore::on_immediate(std::uint32_t raw) {
+  if (failure_) return *failure_;
+  const auto imm = wire::decode_immediate(raw);
+  if (imm.epoch_low != (epoch_ & 7))
+    return violation("immediate with epoch bits " + std::to_string(imm.epoch_low) + ", epoch is " + std::to_string(epoch_));
+  const auto tail = wire::widen_tail(imm.tail_units, published_, credited_, geometry_.bytes);
+  if (!tail) return violation("immediate tail runs more than a ring ahead of the credit given");
+  if (*tail != published_) ++counters_.publishes;
+  published_ = *tail;
+  if (imm.credit_request) {
+    credit_asked_ = true;
+    ++counters_.credit_requests;
+  }
+  return success();
+}
+
+Result<void> ConsumerCore::on_tail(std::span<const std::byte, wire::kTailRecordSize> bytes) {
+  if (failure_) return *failure_;
+  if (std::equal(bytes.begin(), bytes.end(), last_tail_.begin())) return success();
+  std::copy(bytes.begin(), bytes.end(), last_tail_.begin());
+  const auto tail = wire::decode_tail_record(bytes);
+  if (!tail) {
+    ++counters_.torn_tail_reads;
+    return success();
+  }
+  if (tail->epoch != epoch_) {
+    ++counters_.stale_epoch;
+    return success();
+  }
+  if (tail->tail % wire::kRecordAlign != 0 || tail->tail - credited_ > geometry_.bytes)
+    return violation("tail record at " + std::to_string(tail->tail) + " outside the credit given (" +
+                     std::to_string(credited_) + " + ring)");
+  if (tail->tail > published_) {
+    published_ = tail->tail;
+    ++counters_.publishes;
+  }
+  if (tail->credit_requests != credit_requests_seen_) {
+    credit_requests_seen_ = tail->credit_requests;
+    credit_asked_ = true;
+    ++counters_.credit_requests;
+  }
+  return success();
+}
+
+void ConsumerCore::skip(std::uint64_t span) {
+  head_ += span;
+  // Nothing being consumed before it: skipped bytes are released at once, or a producer waiting
+  // for the space behind a padding record would wait for ever.
+  if (released_ == delivered_) released_ = delivered_ = head_;
+}
+
+Result<std::optional<DeliveredRecord>> ConsumerCore::next(Clock::time_point now) {
+  if (failure_) return *failure_;
+  if (head_ == published_) return std::optional<DeliveredRecord>{};
+  const RecordView r = read_record(ring_, geometry_, head_, published_);
+  const bool valid = (r.status == RecordView::Status::data || r.status == RecordView::Status::padding) &&
+                     r.sequence == next_sequence_;
+  if (!valid) {
+    const std::string what = "record at " + std::to_string(head_) + " (status " +
+                             std::to_string(static_cast<int>(r.status)) + ", sequence " + std::to_string(r.sequence) +
+                             ", expected " + std::to_string(next_sequence_) + ") below the publish mark " +
+                             std::to_string(published_);
+    if (mode_ == wire::PublishMode::imm) return violation(what);
+    // Tail mode: the tail write may have overtaken the payload (or a check saw it half placed).
+    ++counters_.not_ready;
+    if (!invalid_since_) invalid_since_ = now;
+    if (now - *invalid_since_ >= config_.ordering_grace) return violation(what + ", placement order violated");
+    return std::optional<DeliveredRecord>{};
+  }
+  invalid_since_.reset();
+  if (r.status == RecordView::Status::padding) {
+    ++counters_.padding_records;
+    skip(r.span);
+    return next(now);
+  }
+  head_ += r.span;
+  delivered_ = head_;
+  ++next_sequence_;
+  ++counters_.records;
+  counters_.payload_bytes += r.payload.size();
+  return DeliveredRecord{r.payload, r.sequence, head_};
+}
+
+Result<void> ConsumerCore::release(std::uint64_t end) {
+  if (end <= released_ || end > delivered_ || end % wire::kRecordAlign != 0)
+    return make_error(errc::invalid_argument, "release(" + std::to_string(end) + ") outside the delivered range (" +
+                                                  std::to_string(released_) + ", " + std::to_string(delivered_) + "]");
+  released_ = end;
+  if (released_ == delivered_) released_ = delivered_ = head_;
+  return success();
+}
+
+std::optional<CreditWrite> ConsumerCore::take_credit() {
+  if (failure_ || released_ == credited_ || sq_.free() == 0) return std::nullopt;
+  if (!credit_asked_ && released_ - credited_ < geometry_.bytes / config_.credit_fraction) return std::nullopt;
+  CreditWrite w;
+  wire::encode(wire::CreditRecord{epoch_, released_, next_sequence_, credit_requests_seen_}, w.bytes);
+  // Answering a request is signaled: the producer is stalled, keep our slots turning over.
+  w.slot = sq_.take(credit_asked_);
+  credited_ = released_;
+  credit_asked_ = false;
+  ++counters_.credit_writes;
+  return w;
+}
+
+void ConsumerCore::on_completion(std::uint64_t wr_id, bool success, int wc_status) {
+  if (!success) {
+    if (!failure_)
+      failure_ = make_error(errc::completion_error, "credit write completion of wr " + std::to_string(wr_id) +
+                                                        " status " + std::to_string(wc_status));
+    return;
+  }
+  sq_.retire_through(wr_id);
+}
+
+ConsumerLedger ConsumerCore::ledger() const noexcept {
+  return ConsumerLedger{released_, credited_, delivered_, head_, published_, geometry_.bytes};
+}
+
+}  // namespace rdmaring

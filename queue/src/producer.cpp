@@ -1,0 +1,184 @@
+#include "rdmaring/producer.hpp"
+
+#include <array>
+#include <thread>
+
+#include "rdmaring/dma.hpp"
+#include "rdmaring/post.hpp"
+#include "rdmaring/verbs/cm_id.hpp"
+#include "rdmaring/verbs/context.hpp"
+#include "rdmaring/verbs/cq.hpp"
+#include "rdmaring/verbs/event_channel.hpp"
+#include "rdmaring/verbs/mr.hpp"
+#include "rdmaring/verbs/pd.hpp"
+#include "rdmaring/verbs/qp.hpp"
+
+namespace rdmaring {
+
+// Member order is destruction order reversed: the QP goes before the CQ, MRs and PD it uses,
+// and the rdma_cm id (which owns the device context) after all of them.
+struct Producer::Connection {
+  verbs::EventChannel channel;
+  verbs::CmId id{channel};
+  std::optional<verbs::ProtectionDomain> pd;
+  std::optional<verbs::CompletionQueue> cq;
+  verbs::AlignedBuffer credit_buf{4096};
+  std::optional<verbs::MemoryRegion> credit_mr;
+  std::optional<verbs::QueuePair> qp;
+  std::optional<verbs::AlignedBuffer> staging;
+  std::optional<verbs::MemoryRegion> staging_mr;
+  std::optional<ProducerCore> core;
+  WriteTarget target;
+  std::uint64_t post_send_calls = 0;
+  std::uint64_t completions = 0;
+};
+
+Producer Producer::connect(const ProducerOptions& options) {
+  if (auto ok = options.core.validate(); !ok) throw SetupError(ok.error());
+  auto c = std::make_unique<Connection>();
+  c->id.resolve(options.address, options.port, options.connect_timeout);
+  const verbs::Context ctx = c->id.context();
+  c->pd.emplace(ctx);
+  // One CQ entry per SQ slot is enough: only signaled WRs complete, at most one per interval.
+  c->cq.emplace(ctx, static_cast<int>(options.core.sq_depth));
+  c->credit_mr.emplace(*c->pd, c->credit_buf.data(), c->credit_buf.size(),
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  verbs::QueuePairCaps caps;
+  caps.max_send_wr = options.core.sq_depth;
+  caps.max_recv_wr = 1;
+  caps.max_inline_data = wire::kTailRecordSize;
+  c->qp.emplace(c->id, *c->pd, *c->cq, *c->cq, caps);
+  if (c->qp->max_inline_data() < wire::kTailRecordSize)
+    throw SetupError(make_error(errc::bad_config, c->qp->describe() + ": device grants " +
+                                                      std::to_string(c->qp->max_inline_data()) +
+                                                      " B of inline data, the tail record needs " +
+                                                      std::to_string(wire::kTailRecordSize)));
+
+  const auto hello = wire::encode(wire::ConnectData{reinterpret_cast<std::uintptr_t>(c->credit_buf.data()),
+                                                    c->credit_mr->rkey()});
+  rdma_conn_param param{};
+  param.private_data = hello.data();
+  param.private_data_len = static_cast<std::uint8_t>(hello.size());
+  param.retry_count = 7;
+  param.rnr_retry_count = 7;  // 7 = retry for ever: the consumer re-posts receives as it polls
+  const auto reply = c->id.connect(param, options.connect_timeout);
+  const auto accept = wire::decode_accept_data(reply);
+  if (!accept)
+    throw SetupError(make_error(errc::protocol_violation, c->id.describe() + ": accept private data is not rdmaring v" +
+                                                              std::to_string(wire::kVersion)));
+  auto geometry = RingGeometry::make(accept->ring_bytes, accept->max_record);
+  if (!geometry) throw SetupError(geometry.error());
+
+  // The staging buffer mirrors the ring: registered once, here, never per record.
+  c->staging.emplace(accept->ring_bytes);
+  c->staging_mr.emplace(*c->pd, c->staging->data(), c->staging->size(), IBV_ACCESS_LOCAL_WRITE);
+  c->target = WriteTarget{c->staging->data(), c->staging_mr->lkey(), accept->ring_addr, accept->ring_rkey,
+                          accept->tail_addr, accept->tail_rkey};
+  c->core.emplace(c->staging->bytes(), PeerRing{accept->mode, geometry.value(), accept->epoch, accept->next_sequence},
+                  options.core);
+  return Producer(std::move(c));
+}
+
+Producer::Producer(std::unique_ptr<Connection> c) noexcept : c_(std::move(c)) {}
+Producer::Producer(Producer&&) noexcept = default;
+Producer& Producer::operator=(Producer&&) noexcept = default;
+Producer::~Producer() = default;
+
+Result<void> Producer::post_due(bool force) {
+  ProducerCore& core = *c_->core;
+  if (!force && !core.flush_due(Clock::now())) return success();
+  while (auto batch = core.take_batch()) {
+    ++c_->post_send_calls;
+    BOOST_OUTCOME_TRYV(post_chain(*c_->qp, batch->requests(), c_->target));
+  }
+  return success();
+}
+
+Result<void> Producer::progress() {
+  ProducerCore& core = *c_->core;
+  std::array<ibv_wc, 16> wcs;
+  BOOST_OUTCOME_TRY(n, c_->cq->poll(wcs));
+  for (std::size_t i = 0; i < n; ++i) {
+    ++c_->completions;
+    core.on_completion(wcs[i].wr_id, wcs[i].status == IBV_WC_SUCCESS, wcs[i].status);
+  }
+  std::array<std::byte, wire::kCreditRecordSize> credit;
+  read_dma(c_->credit_buf.data(), std::span{credit});
+  core.on_credit(credit);
+  if (core.failure()) return *core.failure();
+  return post_due(false);
+}
+
+Result<void> Producer::send(std::span<const std::byte> payload) {
+  auto r = c_->core->send(payload, Clock::now());
+  if (!r) {
+    if (r.error() == errc::would_block) {
+      BOOST_OUTCOME_TRYV(progress());
+    }
+    return r;
+  }
+  return post_due(false);
+}
+
+Result<void> Producer::send(std::span<const std::byte> payload, std::chrono::nanoseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    auto r = send(payload);
+    if (r || r.error() != errc::would_block) return r;
+    if (Clock::now() >= deadline)
+      return make_error(errc::timed_out, "send(" + std::to_string(payload.size()) + " B): no ring space; " + ledger_dump());
+  }
+}
+
+Result<std::span<std::byte>> Producer::claim(std::uint32_t len) {
+  auto r = c_->core->claim(len, Clock::now());
+  if (!r && r.error() == errc::would_block) {
+    BOOST_OUTCOME_TRYV(progress());
+  }
+  return r;
+}
+
+Result<void> Producer::commit(std::optional<std::uint32_t> len) {
+  BOOST_OUTCOME_TRYV(c_->core->commit(len));
+  return post_due(false);
+}
+
+void Producer::abort() noexcept { c_->core->abort(); }
+
+Result<void> Producer::flush() { return post_due(true); }
+
+Result<void> Producer::drain(std::chrono::nanoseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  BOOST_OUTCOME_TRYV(flush());
+  for (;;) {
+    BOOST_OUTCOME_TRYV(progress());
+    const auto l = c_->core->ledger();
+    if (l.released == l.committed) return success();
+    if (Clock::now() >= deadline) return make_error(errc::timed_out, "drain: " + ledger_dump());
+    // The consumer writes credit lazily; a drain must not wait for a quarter ring.
+    c_->core->request_credit();
+    BOOST_OUTCOME_TRYV(flush());
+  }
+}
+
+Result<void> Producer::close(std::chrono::nanoseconds timeout) {
+  BOOST_OUTCOME_TRYV(drain(timeout));
+  try {
+    c_->id.disconnect(std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+  } catch (const SetupError& e) {
+    return e.error();
+  }
+  return success();
+}
+
+Result<void> Producer::force_error() { return c_->qp->force_error(); }
+
+ProducerStats Producer::stats() const {
+  return ProducerStats{c_->core->counters(), c_->post_send_calls, c_->completions, c_->core->ledger()};
+}
+
+std::string Producer::ledger_dump() const { return to_string(c_->core->ledger()); }
+
+wire::PublishMode Producer::mode() const { return c_->core->peer().mode; }
+
+}  // namespace rdmaring

@@ -1,0 +1,214 @@
+#include "rdmaring/producer_core.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "rdmaring/checksum.hpp"
+
+namespace rdmaring {
+namespace {
+
+// Written-not-published bytes are capped so that each batch takes all of them in at most two
+// RDMA_WRITEs below the 2^31 B message limit of RC; claim() asks for a flush beyond it.
+constexpr std::uint64_t kMaxUnpublishedBytes = std::uint64_t{1} << 30;
+
+}  // namespace
+
+Result<void> ProducerConfig::validate() const {
+  BOOST_OUTCOME_TRY(validate_send_queue(sq_depth, signal_interval, PostBatch{}.wrs.size()));
+  if (coalesce.bytes > kMaxUnpublishedBytes)
+    return make_error(errc::bad_config, "coalesce.bytes above " + std::to_string(kMaxUnpublishedBytes) + " B");
+  if (coalesce.records == 0)
+    return make_error(errc::bad_config, "coalesce.records must be at least 1");
+  return success();
+}
+
+ProducerCore::ProducerCore(std::span<std::byte> staging, const PeerRing& peer, const ProducerConfig& config) noexcept
+    : staging_(staging),
+      peer_(peer),
+      config_(config),
+      sq_(config.sq_depth, config.signal_interval),
+      next_sequence_(peer.next_sequence),
+      published_sequence_(peer.next_sequence),
+      delivered_(peer.next_sequence) {}
+
+std::span<std::byte, wire::kRecordHeaderSize> ProducerCore::header_at(std::uint64_t pos) noexcept {
+  return staging_.subspan(peer_.geometry.offset(pos)).first<wire::kRecordHeaderSize>();
+}
+
+void ProducerCore::fail(Error e) {
+  if (!failure_) failure_ = std::move(e);
+}
+
+void ProducerCore::mark_committed(std::uint64_t bytes, Clock::time_point now) {
+  if (committed_ == published_) oldest_pending_ = now;
+  committed_ += bytes;
+  ++pending_records_;
+  counters_.wire_bytes += bytes;
+}
+
+void ProducerCore::append_padding(std::uint64_t next_sequence) {
+  const std::uint64_t pad = peer_.geometry.to_end(committed_);
+  wire::encode(wire::RecordHeader{static_cast<std::uint32_t>(pad - wire::kRecordHeaderSize), wire::RecordKind::padding,
+                                  next_sequence, 0},
+               header_at(committed_));
+  ++counters_.padding_records;
+}
+
+Result<std::span<std::byte>> ProducerCore::claim(std::uint32_t len, Clock::time_point now) {
+  if (failure_) return *failure_;
+  if (claim_) return make_error(errc::claim_open, "claim(" + std::to_string(len) + ")");
+  if (len > peer_.geometry.max_record)
+    return make_error(errc::record_too_large, "record of " + std::to_string(len) + " B, max_record " +
+                                                  std::to_string(peer_.geometry.max_record) + " B (ring " +
+                                                  std::to_string(peer_.geometry.bytes) + " B)");
+  const std::uint64_t span = wire::record_span(len);
+  const std::uint64_t to_end = peer_.geometry.to_end(committed_);
+  if (committed_ - published_ + (span > to_end ? to_end : 0) + span > kMaxUnpublishedBytes) return make_error(errc::would_block, "flush first");
+  if (span > to_end) {
+    // Padding is a record of its own, committed even when the record after it must wait: a
+    // record as large as the ring fits only once the padding has been consumed and released.
+    if (free_bytes() < to_end) {
+      ++counters_.would_block;
+      request_credit();
+      return make_error(errc::would_block);
+    }
+    append_padding(next_sequence_);
+    mark_committed(to_end, now);
+  }
+  if (free_bytes() < span) {
+    ++counters_.would_block;
+    request_credit();
+    return make_error(errc::would_block);
+  }
+  claim_ = Claim{committed_, len, now};
+  return staging_.subspan(peer_.geometry.offset(committed_) + wire::kRecordHeaderSize, len);
+}
+
+Result<void> ProducerCore::commit(std::optional<std::uint32_t> len) {
+  if (!claim_) return make_error(errc::no_claim, "commit()");
+  const std::uint32_t n = len.value_or(claim_->len);
+  if (n > claim_->len)
+    return make_error(errc::record_too_large,
+                      "commit(" + std::to_string(n) + ") exceeds the claim of " + std::to_string(claim_->len) + " B");
+  const auto payload = staging_.subspan(peer_.geometry.offset(claim_->at) + wire::kRecordHeaderSize, n);
+  wire::encode(wire::RecordHeader{n, wire::RecordKind::data, next_sequence_, crc32c(payload)}, header_at(claim_->at));
+  ++next_sequence_;
+  ++counters_.records;
+  counters_.payload_bytes += n;
+  mark_committed(wire::record_span(n), claim_->when);
+  claim_.reset();
+  return success();
+}
+
+void ProducerCore::abort() noexcept { claim_.reset(); }
+
+Result<void> ProducerCore::send(std::span<const std::byte> payload, Clock::time_point now) {
+  if (payload.size() > peer_.geometry.max_record)
+    return make_error(errc::record_too_large, "record of " + std::to_string(payload.size()) + " B, max_record " +
+                                                  std::to_string(peer_.geometry.max_record) + " B");
+  BOOST_OUTCOME_TRY(dst, claim(static_cast<std::uint32_t>(payload.size()), now));
+  if (!payload.empty()) std::memcpy(dst.data(), payload.data(), payload.size());
+  return commit();
+}
+
+bool ProducerCore::flush_due(Clock::time_point now) const noexcept {
+  if (failure_) return false;
+  if (want_credit_) return true;
+  if (committed_ == published_) return false;
+  return committed_ - published_ >= config_.coalesce.bytes || pending_records_ >= config_.coalesce.records ||
+         now - oldest_pending_ >= config_.coalesce.delay;
+}
+
+std::optional<PostBatch> ProducerCore::take_batch() {
+  if (failure_ || (committed_ == published_ && !want_credit_)) return std::nullopt;
+  PostBatch batch;
+  const bool tail_mode = peer_.mode == wire::PublishMode::tail;
+  const std::uint64_t waiting = committed_ - published_;
+  const std::size_t segments = waiting == 0 ? 0 : waiting > peer_.geometry.to_end(published_) ? 2 : 1;
+  const std::size_t needed = std::max<std::size_t>(segments + (tail_mode ? 1 : 0), 1);
+  if (sq_.free() < needed) {
+    ++counters_.sq_full;
+    return std::nullopt;
+  }
+
+  std::uint64_t end = published_;
+  for (std::size_t i = 0; i < segments; ++i) {
+    const std::uint64_t len = std::min(committed_ - end, peer_.geometry.to_end(end));
+    WorkRequest& wr = batch.wrs[batch.count++];
+    wr.kind = WorkRequest::Kind::write;
+    wr.local_offset = wr.remote_offset = peer_.geometry.offset(end);
+    wr.length = static_cast<std::uint32_t>(len);
+    end += len;
+  }
+  const bool ask = want_credit_;
+  if (tail_mode) {
+    if (ask) ++credit_requests_;
+    // The sequence of the first record not covered: every record below `end` is complete.
+    WorkRequest& wr = batch.wrs[batch.count++];
+    wr.kind = WorkRequest::Kind::write_tail;
+    wire::encode(wire::TailRecord{peer_.epoch, end, next_sequence_, credit_requests_}, wr.tail);
+  } else {
+    if (batch.count == 0) batch.count = 1;  // a zero-length WRITE_WITH_IMM: publish the credit request alone
+    WorkRequest& wr = batch.wrs[batch.count - 1];
+    wr.kind = WorkRequest::Kind::write_with_imm;
+    wr.imm = wire::encode(wire::Immediate{static_cast<std::uint32_t>(end / wire::kRecordAlign), ask,
+                                          static_cast<std::uint32_t>(peer_.epoch)});
+  }
+  if (ask) {
+    want_credit_ = false;
+    credit_asked_ = true;
+    ++counters_.credit_requests;
+  }
+  // A starved producer needs the completion now, not one interval later, to free slots early.
+  for (std::size_t i = 0; i < batch.count; ++i) {
+    batch.wrs[i].slot = sq_.take(ask && i + 1 == batch.count);
+    counters_.signaled += batch.wrs[i].slot.signaled;
+  }
+  counters_.wrs += batch.count;
+  ++counters_.batches;
+  published_ = end;
+  pending_records_ = 0;
+  return batch;
+}
+
+void ProducerCore::on_completion(std::uint64_t wr_id, bool success, int wc_status) {
+  if (!success) {
+    fail(make_error(errc::completion_error, "send completion of wr " + std::to_string(wr_id) + " status " +
+                                                std::to_string(wc_status)));
+    return;
+  }
+  sq_.retire_through(wr_id);
+}
+
+void ProducerCore::on_credit(std::span<const std::byte, wire::kCreditRecordSize> bytes) {
+  if (std::equal(bytes.begin(), bytes.end(), last_credit_.begin())) return;
+  std::copy(bytes.begin(), bytes.end(), last_credit_.begin());
+  const auto credit = wire::decode_credit_record(bytes);
+  if (!credit) {
+    ++counters_.torn_credit_reads;
+    return;
+  }
+  if (credit->epoch != peer_.epoch) {
+    ++counters_.stale_credit;
+    return;
+  }
+  if (credit->released <= released_) return;
+  if (credit->released > published_ || credit->released % wire::kRecordAlign != 0) {
+    fail(make_error(errc::protocol_violation, "credit releases up to " + std::to_string(credit->released) +
+                                                  " but only " + std::to_string(published_) + " was published"));
+    return;
+  }
+  released_ = credit->released;
+  delivered_ = credit->delivered;
+  credit_asked_ = false;
+  ++counters_.credit_updates;
+}
+
+ProducerLedger ProducerCore::ledger() const noexcept {
+  return ProducerLedger{released_, published_, committed_,
+                        claim_ ? claim_->at + wire::record_span(claim_->len) : committed_, peer_.geometry.bytes};
+}
+
+}  // namespace rdmaring

@@ -1,0 +1,111 @@
+// A deterministic in-process fabric for tests: one producer core and one consumer core joined
+// by plain memory. It executes the cores' work requests the way an RC QP does (in order), and
+// lets a test hold back or reorder placements to break the rules on purpose. A test
+// instrument: the library never links it.
+#pragma once
+
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "rdmaring/consumer_core.hpp"
+#include "rdmaring/producer_core.hpp"
+
+namespace rdmaring::test {
+
+class LoopbackFabric {
+ public:
+  LoopbackFabric(wire::PublishMode mode, std::uint64_t ring_bytes, std::uint32_t max_record,
+                 ProducerConfig pc = {}, ConsumerConfig cc = {})
+      : geometry_(RingGeometry::make(ring_bytes, max_record).value()),
+        staging_(ring_bytes),
+        ring_(ring_bytes),
+        producer(staging_, PeerRing{mode, geometry_, 1, 0}, pc),
+        consumer(ring_, geometry_, mode, 1, 0, cc) {}
+
+  // Posts what the producer has waiting (if anything) and places it at once unless held.
+  bool flush() {
+    auto batch = producer.take_batch();
+    if (!batch) return false;
+    for (const auto& wr : batch->requests()) in_flight_.push_back(wr);
+    if (!hold_) place_all();
+    return true;
+  }
+
+  // Places in-flight work requests in posting order (what RC guarantees).
+  void place_all() {
+    while (!in_flight_.empty()) place(take_front());
+  }
+
+  // Places the publish of the oldest batch before its payload: the trap of tail mode with
+  // relaxed ordering. Returns the payload WRs still unplaced.
+  std::vector<WorkRequest> place_publish_first() {
+    std::vector<WorkRequest> held;
+    while (!in_flight_.empty()) {
+      auto wr = take_front();
+      if (wr.kind == WorkRequest::Kind::write) {
+        held.push_back(wr);
+        continue;
+      }
+      place(wr);
+      break;
+    }
+    return held;
+  }
+
+  void place(const WorkRequest& wr) {
+    switch (wr.kind) {
+      case WorkRequest::Kind::write:
+      case WorkRequest::Kind::write_with_imm:
+        std::memcpy(ring_.data() + wr.remote_offset, staging_.data() + wr.local_offset, wr.length);
+        if (wr.kind == WorkRequest::Kind::write_with_imm) immediates_.push_back(wr.imm);
+        break;
+      case WorkRequest::Kind::write_tail:
+        std::memcpy(tail_mr_.data(), wr.tail.data(), wr.tail.size());
+        break;
+    }
+    if (wr.slot.signaled) producer.on_completion(wr.slot.wr_id, true);
+  }
+
+  // Feeds publish events to the consumer and credit back to the producer, as the adapters do.
+  void deliver_publishes() {
+    while (!immediates_.empty()) {
+      REQUIRE(consumer.on_immediate(immediates_.front()));
+      immediates_.pop_front();
+    }
+    if (producer.peer().mode == wire::PublishMode::tail)
+      REQUIRE(consumer.on_tail(std::span<const std::byte, wire::kTailRecordSize>(tail_mr_)));
+  }
+  void return_credit() {
+    while (auto credit = consumer.take_credit()) {
+      credit_mr_ = credit->bytes;
+      if (credit->slot.signaled) consumer.on_completion(credit->slot.wr_id, true);
+    }
+    producer.on_credit(credit_mr_);
+  }
+
+  void hold(bool on) { hold_ = on; }
+  std::span<std::byte> ring() { return ring_; }
+
+ private:
+  WorkRequest take_front() {
+    auto wr = in_flight_.front();
+    in_flight_.pop_front();
+    return wr;
+  }
+
+  RingGeometry geometry_;
+  std::vector<std::byte> staging_;
+  std::vector<std::byte> ring_;
+  std::array<std::byte, wire::kTailRecordSize> tail_mr_{};
+  std::array<std::byte, wire::kCreditRecordSize> credit_mr_{};
+  std::deque<WorkRequest> in_flight_;
+  std::deque<std::uint32_t> immediates_;
+  bool hold_ = false;
+
+ public:
+  ProducerCore producer;
+  ConsumerCore consumer;
+};
+
+}  // namespace rdmaring::test

@@ -1,0 +1,118 @@
+#include <catch2/catch.hpp>
+
+#include "rdmaring/checksum.hpp"
+#include "rdmaring/ring_geometry.hpp"
+#include "rdmaring/wire.hpp"
+
+using namespace rdmaring;
+
+TEST_CASE("CRC-32C matches the Castagnoli check value", "[wire]") {
+  const char* s = "123456789";
+  CHECK(crc32c(std::as_bytes(std::span{s, 9})) == 0xE3069283u);
+}
+
+TEST_CASE("record spans are 64-byte multiples holding header and payload", "[wire]") {
+  CHECK(wire::record_span(0) == 64);
+  CHECK(wire::record_span(40) == 64);
+  CHECK(wire::record_span(41) == 128);
+  CHECK(wire::record_span(65536) == 65536 + 64);
+}
+
+TEST_CASE("record header round-trips and rejects any flipped bit", "[wire]") {
+  std::array<std::byte, wire::kRecordHeaderSize> b{};
+  const wire::RecordHeader h{1234, wire::RecordKind::data, 0x1122334455667788ull, 0xdeadbeef};
+  wire::encode(h, b);
+  auto d = wire::decode_record_header(b);
+  REQUIRE(d);
+  CHECK(d->payload_len == 1234);
+  CHECK(d->sequence == 0x1122334455667788ull);
+  CHECK(d->payload_crc == 0xdeadbeef);
+  for (std::size_t bit = 0; bit < b.size() * 8; ++bit) {
+    auto c = b;
+    c[bit / 8] ^= std::byte{static_cast<unsigned char>(1u << (bit % 8))};
+    CHECK_FALSE(wire::decode_record_header(c));
+  }
+}
+
+TEST_CASE("immediate carries tail units, credit request and epoch bits", "[wire]") {
+  const auto raw = wire::encode(wire::Immediate{0x0abcdef, true, 13});
+  const auto imm = wire::decode_immediate(raw);
+  CHECK(imm.tail_units == 0x0abcdef);
+  CHECK(imm.credit_request);
+  CHECK(imm.epoch_low == (13 & 7));
+}
+
+TEST_CASE("a 28-bit tail widens to the position at or after the last one seen", "[wire]") {
+  const std::uint64_t ring = 1 << 20;
+  CHECK(wire::widen_tail(2, 0, 0, ring) == 128u);
+  // Across the 2^28-unit wrap of the immediate field.
+  const std::uint64_t known = (std::uint64_t{1} << 34) - 128;
+  CHECK(wire::widen_tail(1, known, known, ring) == (std::uint64_t{1} << 34) + 64);
+  // More than a ring ahead of the released position: refused.
+  CHECK_FALSE(wire::widen_tail(static_cast<std::uint32_t>((ring + 64) / 64), 0, 0, ring));
+}
+
+TEST_CASE("tail and credit records round-trip and detect tearing", "[wire]") {
+  std::array<std::byte, wire::kTailRecordSize> t{};
+  wire::encode(wire::TailRecord{7, 4096, 99, 3}, t);
+  auto d = wire::decode_tail_record(t);
+  REQUIRE(d);
+  CHECK(d->epoch == 7);
+  CHECK(d->tail == 4096);
+  CHECK(d->next_sequence == 99);
+  CHECK(d->credit_requests == 3);
+  // A torn read: the first half new, the second half old.
+  std::array<std::byte, wire::kTailRecordSize> older{};
+  wire::encode(wire::TailRecord{7, 2048, 98, 3}, older);
+  std::copy(older.begin() + 16, older.end(), t.begin() + 16);
+  CHECK_FALSE(wire::decode_tail_record(t));
+
+  std::array<std::byte, wire::kCreditRecordSize> c{};
+  wire::encode(wire::CreditRecord{2, 8192, 17, 1}, c);
+  auto dc = wire::decode_credit_record(c);
+  REQUIRE(dc);
+  CHECK(dc->released == 8192);
+  CHECK(dc->delivered == 17);
+}
+
+TEST_CASE("connect and accept private data round-trip and reject foreign bytes", "[wire]") {
+  const auto cd = wire::encode(wire::ConnectData{0x7f0000001000, 0x1234});
+  auto d = wire::decode_connect_data(cd);
+  REQUIRE(d);
+  CHECK(d->credit_addr == 0x7f0000001000);
+  CHECK(d->credit_rkey == 0x1234);
+  CHECK_FALSE(wire::decode_connect_data(std::span{cd}.first(10)));
+
+  wire::AcceptData a;
+  a.mode = wire::PublishMode::tail;
+  a.ring_addr = 1;
+  a.ring_rkey = 2;
+  a.max_record = 3;
+  a.ring_bytes = 4096;
+  a.tail_addr = 5;
+  a.tail_rkey = 6;
+  a.epoch = 7;
+  a.next_sequence = 8;
+  auto ab = wire::encode(a);
+  auto da = wire::decode_accept_data(ab);
+  REQUIRE(da);
+  CHECK(da->mode == wire::PublishMode::tail);
+  CHECK(da->ring_bytes == 4096);
+  CHECK(da->tail_rkey == 6);
+  CHECK(da->next_sequence == 8);
+  ab[6] = std::byte{9};  // unknown mode
+  CHECK_FALSE(wire::decode_accept_data(ab));
+}
+
+TEST_CASE("ring geometry refuses sizes that are not powers of two or too small", "[ring]") {
+  CHECK(RingGeometry::make(1 << 16, 1024));
+  auto r = RingGeometry::make(3 * 4096, 1024);
+  REQUIRE_FALSE(r);
+  CHECK(r.error() == errc::bad_config);
+  CHECK_THAT(r.error().message(), Catch::Contains("power of two"));
+  CHECK_FALSE(RingGeometry::make(2048, 16));
+  auto big = RingGeometry::make(4096, 4096);
+  REQUIRE_FALSE(big);
+  CHECK_THAT(big.error().message(), Catch::Contains("more than the ring"));
+  CHECK(RingGeometry::make(4096, 4096 - 64));
+}
