@@ -88,6 +88,8 @@ std::uint16_t Consumer::port() const { return c_->listener.local_port(); }
 void Consumer::accept() {
   Connection& c = *c_;
   const ConsumerOptions& o = c.options;
+  // One connection per Consumer: its ring, tail MR and epoch belong to that producer alone.
+  if (c.id) throw SetupError(make_error(errc::invalid_argument, "accept(): this Consumer already accepted its producer"));
   auto request = c.listener.next_request(o.accept_timeout);
   const auto hello = wire::decode_connect_data(request.private_data);
   if (!hello)
@@ -166,7 +168,7 @@ Result<void> Consumer::progress() {
       ++c.recv_completions;
       ++c.recv_owed;
       if (wc.status != IBV_WC_SUCCESS) {
-        c.core->on_completion(wc.wr_id, false, wc.status);
+        c.core->on_receive_failed(wc.status);
         continue;
       }
       BOOST_OUTCOME_TRYV(c.core->on_immediate(ntohl(wc.imm_data)));

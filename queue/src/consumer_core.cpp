@@ -121,6 +121,21 @@ Result<void> ConsumerCore::release(std::uint64_t end) {
   return success();
 }
 
+Result<ResumePoint> ConsumerCore::begin_epoch(std::uint64_t epoch) {
+  if (epoch <= epoch_)
+    return make_error(errc::stale_epoch, "epoch " + std::to_string(epoch) + " is not newer than " + std::to_string(epoch_));
+  epoch_ = epoch;
+  published_ = head_;
+  // The producer learns `released` from the resume answer itself: that is the new credit.
+  credited_ = released_;
+  credit_asked_ = false;
+  last_tail_ = {};
+  invalid_since_.reset();
+  failure_.reset();
+  sq_ = SendQueueBudget(config_.sq_depth, config_.signal_interval);
+  return ResumePoint{epoch_, head_, released_, next_sequence_};
+}
+
 std::optional<CreditWrite> ConsumerCore::take_credit() {
   if (failure_ || released_ == credited_ || sq_.free() == 0) return std::nullopt;
   if (!credit_asked_ && released_ - credited_ < geometry_.bytes / config_.credit_fraction) return std::nullopt;
@@ -142,6 +157,11 @@ void ConsumerCore::on_completion(std::uint64_t wr_id, bool success, int wc_statu
     return;
   }
   sq_.retire_through(wr_id);
+}
+
+void ConsumerCore::on_receive_failed(int wc_status) {
+  if (!failure_)
+    failure_ = make_error(errc::completion_error, "receive completion status " + std::to_string(wc_status));
 }
 
 ConsumerLedger ConsumerCore::ledger() const noexcept {

@@ -68,13 +68,19 @@ Producer Producer::connect(const ProducerOptions& options) {
                                                               std::to_string(wire::kVersion)));
   auto geometry = RingGeometry::make(accept->ring_bytes, accept->max_record);
   if (!geometry) throw SetupError(geometry.error());
+  if (accept->mode == wire::PublishMode::tail && (accept->flags & wire::kAcceptRelaxedOrdering))
+    throw SetupError(make_error(errc::relaxed_ordering_refused,
+                                c->id.describe() + ": the consumer offers tail mode over a relaxed-ordering ring; a tail "
+                                                   "write could land before the payload it publishes"));
+  if (accept->mode == wire::PublishMode::tail && accept->tail_rkey == 0 && accept->tail_addr == 0)
+    throw SetupError(make_error(errc::protocol_violation, c->id.describe() + ": tail mode without a tail MR"));
 
   // The staging buffer mirrors the ring: registered once, here, never per record.
   c->staging.emplace(accept->ring_bytes);
   c->staging_mr.emplace(*c->pd, c->staging->data(), c->staging->size(), IBV_ACCESS_LOCAL_WRITE);
   c->target = WriteTarget{c->staging->data(), c->staging_mr->lkey(), accept->ring_addr, accept->ring_rkey,
                           accept->tail_addr, accept->tail_rkey};
-  c->core.emplace(c->staging->bytes(), PeerRing{accept->mode, geometry.value(), accept->epoch, accept->next_sequence},
+  c->core.emplace(c->staging->bytes(), PeerRing{accept->mode, geometry.value(), {accept->epoch, 0, 0, accept->next_sequence}},
                   options.core);
   return Producer(std::move(c));
 }

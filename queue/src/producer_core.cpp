@@ -9,16 +9,11 @@
 namespace rdmaring {
 namespace {
 
-// Written-not-published bytes are capped so that each batch takes all of them in at most two
-// RDMA_WRITEs below the 2^31 B message limit of RC; claim() asks for a flush beyond it.
-constexpr std::uint64_t kMaxUnpublishedBytes = std::uint64_t{1} << 30;
 
 }  // namespace
 
 Result<void> ProducerConfig::validate() const {
   BOOST_OUTCOME_TRY(validate_send_queue(sq_depth, signal_interval, PostBatch{}.wrs.size()));
-  if (coalesce.bytes > kMaxUnpublishedBytes)
-    return make_error(errc::bad_config, "coalesce.bytes above " + std::to_string(kMaxUnpublishedBytes) + " B");
   if (coalesce.records == 0)
     return make_error(errc::bad_config, "coalesce.records must be at least 1");
   return success();
@@ -28,10 +23,13 @@ ProducerCore::ProducerCore(std::span<std::byte> staging, const PeerRing& peer, c
     : staging_(staging),
       peer_(peer),
       config_(config),
+      epoch_(peer.start.epoch),
       sq_(config.sq_depth, config.signal_interval),
-      next_sequence_(peer.next_sequence),
-      published_sequence_(peer.next_sequence),
-      delivered_(peer.next_sequence) {}
+      released_(peer.start.released),
+      published_(peer.start.position),
+      committed_(peer.start.position),
+      next_sequence_(peer.start.next_sequence),
+      delivered_(peer.start.next_sequence) {}
 
 std::span<std::byte, wire::kRecordHeaderSize> ProducerCore::header_at(std::uint64_t pos) noexcept {
   return staging_.subspan(peer_.geometry.offset(pos)).first<wire::kRecordHeaderSize>();
@@ -56,32 +54,32 @@ void ProducerCore::append_padding(std::uint64_t next_sequence) {
   ++counters_.padding_records;
 }
 
+Error ProducerCore::starved() {
+  ++counters_.would_block;
+  request_credit();
+  return make_error(errc::would_block);
+}
+
+Error ProducerCore::too_large(std::uint64_t len) const {
+  return make_error(errc::record_too_large, "record of " + std::to_string(len) + " B, max_record " +
+                                                std::to_string(peer_.geometry.max_record) + " B (ring " +
+                                                std::to_string(peer_.geometry.bytes) + " B)");
+}
+
 Result<std::span<std::byte>> ProducerCore::claim(std::uint32_t len, Clock::time_point now) {
   if (failure_) return *failure_;
   if (claim_) return make_error(errc::claim_open, "claim(" + std::to_string(len) + ")");
-  if (len > peer_.geometry.max_record)
-    return make_error(errc::record_too_large, "record of " + std::to_string(len) + " B, max_record " +
-                                                  std::to_string(peer_.geometry.max_record) + " B (ring " +
-                                                  std::to_string(peer_.geometry.bytes) + " B)");
+  if (len > peer_.geometry.max_record) return too_large(len);
   const std::uint64_t span = wire::record_span(len);
   const std::uint64_t to_end = peer_.geometry.to_end(committed_);
-  if (committed_ - published_ + (span > to_end ? to_end : 0) + span > kMaxUnpublishedBytes) return make_error(errc::would_block, "flush first");
   if (span > to_end) {
     // Padding is a record of its own, committed even when the record after it must wait: a
     // record as large as the ring fits only once the padding has been consumed and released.
-    if (free_bytes() < to_end) {
-      ++counters_.would_block;
-      request_credit();
-      return make_error(errc::would_block);
-    }
+    if (free_bytes() < to_end) return starved();
     append_padding(next_sequence_);
     mark_committed(to_end, now);
   }
-  if (free_bytes() < span) {
-    ++counters_.would_block;
-    request_credit();
-    return make_error(errc::would_block);
-  }
+  if (free_bytes() < span) return starved();
   claim_ = Claim{committed_, len, now};
   return staging_.subspan(peer_.geometry.offset(committed_) + wire::kRecordHeaderSize, len);
 }
@@ -105,9 +103,8 @@ Result<void> ProducerCore::commit(std::optional<std::uint32_t> len) {
 void ProducerCore::abort() noexcept { claim_.reset(); }
 
 Result<void> ProducerCore::send(std::span<const std::byte> payload, Clock::time_point now) {
-  if (payload.size() > peer_.geometry.max_record)
-    return make_error(errc::record_too_large, "record of " + std::to_string(payload.size()) + " B, max_record " +
-                                                  std::to_string(peer_.geometry.max_record) + " B");
+  // Checked before the narrowing to claim()'s 32-bit length.
+  if (payload.size() > peer_.geometry.max_record) return too_large(payload.size());
   BOOST_OUTCOME_TRY(dst, claim(static_cast<std::uint32_t>(payload.size()), now));
   if (!payload.empty()) std::memcpy(dst.data(), payload.data(), payload.size());
   return commit();
@@ -148,13 +145,13 @@ std::optional<PostBatch> ProducerCore::take_batch() {
     // The sequence of the first record not covered: every record below `end` is complete.
     WorkRequest& wr = batch.wrs[batch.count++];
     wr.kind = WorkRequest::Kind::write_tail;
-    wire::encode(wire::TailRecord{peer_.epoch, end, next_sequence_, credit_requests_}, wr.tail);
+    wire::encode(wire::TailRecord{epoch_, end, next_sequence_, credit_requests_}, wr.tail);
   } else {
     if (batch.count == 0) batch.count = 1;  // a zero-length WRITE_WITH_IMM: publish the credit request alone
     WorkRequest& wr = batch.wrs[batch.count - 1];
     wr.kind = WorkRequest::Kind::write_with_imm;
     wr.imm = wire::encode(wire::Immediate{static_cast<std::uint32_t>(end / wire::kRecordAlign), ask,
-                                          static_cast<std::uint32_t>(peer_.epoch)});
+                                          static_cast<std::uint32_t>(epoch_)});
   }
   if (ask) {
     want_credit_ = false;
@@ -171,6 +168,35 @@ std::optional<PostBatch> ProducerCore::take_batch() {
   published_ = end;
   pending_records_ = 0;
   return batch;
+}
+
+Result<void> ProducerCore::resume(const ResumePoint& at) {
+  if (at.epoch <= epoch_)
+    return make_error(errc::stale_epoch, "resume to epoch " + std::to_string(at.epoch) + " from epoch " + std::to_string(epoch_));
+  const std::string where = "resume at position " + std::to_string(at.position) + " sequence " +
+                            std::to_string(at.next_sequence);
+  if (at.released > at.position || at.position < released_ || at.position > published_)
+    return make_error(errc::protocol_violation, where + ": outside what this producer published (" +
+                                                    std::to_string(released_) + ", " + std::to_string(published_) + "]");
+  if (at.position < committed_) {
+    const auto h = wire::decode_record_header(header_at(at.position));
+    if (!h || h->sequence != at.next_sequence)
+      return make_error(errc::protocol_violation, where + ": no record of that sequence starts there in staging");
+  } else if (next_sequence_ != at.next_sequence) {
+    return make_error(errc::protocol_violation, where + ": this producer's next sequence is " + std::to_string(next_sequence_));
+  }
+  epoch_ = at.epoch;
+  released_ = std::max(released_, at.released);
+  delivered_ = at.next_sequence;
+  published_ = at.position;
+  // A new QP: no slot is in use, and nothing of the old connection's credit state carries over.
+  sq_ = SendQueueBudget(config_.sq_depth, config_.signal_interval);
+  want_credit_ = credit_asked_ = false;
+  last_credit_ = {};
+  failure_.reset();
+  // Re-send at once: the records are old, their coalescing delay is long spent.
+  oldest_pending_ = Clock::time_point{};
+  return success();
 }
 
 void ProducerCore::on_completion(std::uint64_t wr_id, bool success, int wc_status) {
@@ -190,7 +216,7 @@ void ProducerCore::on_credit(std::span<const std::byte, wire::kCreditRecordSize>
     ++counters_.torn_credit_reads;
     return;
   }
-  if (credit->epoch != peer_.epoch) {
+  if (credit->epoch != epoch_) {
     ++counters_.stale_credit;
     return;
   }

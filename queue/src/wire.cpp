@@ -113,6 +113,7 @@ std::optional<ConnectData> decode_connect_data(std::span<const std::byte> in) no
   // rdma_cm may hand over more bytes than were sent (zero-padded): only the prefix counts.
   if (in.size() < kConnectDataSize) return std::nullopt;
   if (get<std::uint32_t>(in, 0) != kMagic || get<std::uint16_t>(in, 4) != kVersion) return std::nullopt;
+  if (get<std::uint16_t>(in, 6) != 0 || get<std::uint32_t>(in, 20) != 0) return std::nullopt;
   return ConnectData{get<std::uint64_t>(in, 8), get<std::uint32_t>(in, 16)};
 }
 
@@ -140,6 +141,7 @@ std::optional<AcceptData> decode_accept_data(std::span<const std::byte> in) noex
   const auto mode = get<std::uint8_t>(in, 6);
   if (mode != static_cast<std::uint8_t>(PublishMode::imm) && mode != static_cast<std::uint8_t>(PublishMode::tail))
     return std::nullopt;
+  if ((get<std::uint8_t>(in, 7) & ~kAcceptRelaxedOrdering) != 0 || get<std::uint32_t>(in, 44) != 0) return std::nullopt;
   AcceptData a;
   a.mode = static_cast<PublishMode>(mode);
   a.flags = get<std::uint8_t>(in, 7);

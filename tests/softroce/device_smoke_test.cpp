@@ -347,3 +347,32 @@ TEST_CASE("on-demand paging is refused clearly where the device has none", "[sof
     CHECK_THAT(std::string(e.what()), Catch::Matchers::Contains(std::string(device.name())));
   }
 }
+
+TEST_CASE("the device grants at least the inline size asked for", "[softroce]") {
+  const std::string addr = require_env("RDMARING_ADDR");
+  EventChannel channel;
+  CmId id(channel);
+  // Route resolution needs no listener: it only picks the device and the path.
+  id.resolve(addr, 9, kSetupTimeout);
+  const Context context = id.context();
+  const ProtectionDomain pd(context);
+  const CompletionQueue cq(context, 4);
+  QueuePairCaps caps = kCaps;
+  // One QP at a time on the id: each is destroyed before the next is created.
+  for (std::uint32_t asked : {0U, 1U, 64U, 256U}) {
+    caps.max_inline_data = asked;
+    const QueuePair qp(id, pd, cq, cq, caps);
+    std::cout << "max_inline_data asked " << asked << ", granted " << qp.max_inline_data() << "\n";
+    CHECK(qp.max_inline_data() >= asked);
+  }
+  // No device inlines a megabyte: the refusal is a SetupError with the provider's errno.
+  caps.max_inline_data = 1 << 20;
+  try {
+    const QueuePair qp(id, pd, cq, cq, caps);
+    FAIL("a 1 MiB inline size was granted: " << qp.max_inline_data());
+  } catch (const SetupError& e) {
+    INFO(e.what());
+    CHECK(e.error() == errc::verbs_failure);
+    CHECK(e.error().sys_errno == EINVAL);
+  }
+}

@@ -47,7 +47,7 @@ void stream(wire::PublishMode mode, std::uint64_t ring, std::uint32_t max, std::
   while (expect < count) {
     while (sent < count) {
       const auto p = payload_for(sent, max);
-      auto r = f.producer.send(p, Clock::now());
+      auto r = f.producer->send(p, Clock::now());
       if (!r) {
         REQUIRE(r.error() == errc::would_block);
         break;
@@ -57,15 +57,15 @@ void stream(wire::PublishMode mode, std::uint64_t ring, std::uint32_t max, std::
     }
     f.flush();
     drain(f, expect, max);
-    const auto pl = f.producer.ledger();
+    const auto pl = f.producer->ledger();
     REQUIRE(pl.released <= pl.published);
     REQUIRE(pl.published <= pl.committed);
     REQUIRE(pl.committed - pl.released <= ring);
   }
   CHECK(f.consumer.counters().records == count);
-  CHECK(f.producer.counters().records == count);
-  CHECK(f.producer.counters().would_block > 0);  // the ring was full at times
-  CHECK(f.producer.counters().padding_records > 0);  // and wrapped
+  CHECK(f.producer->counters().records == count);
+  CHECK(f.producer->counters().would_block > 0);  // the ring was full at times
+  CHECK(f.producer->counters().padding_records > 0);  // and wrapped
 }
 
 }  // namespace
@@ -81,21 +81,21 @@ TEST_CASE("records stream in order through a wrapping ring, tail mode", "[core]"
 TEST_CASE("a record as large as the ring goes through behind padding", "[core]") {
   LoopbackFabric f(wire::PublishMode::imm, 4096, 4096 - 64);
   std::vector<std::byte> small(10, std::byte{1}), huge(4096 - 64, std::byte{2});
-  REQUIRE(f.producer.send(small, Clock::now()));
+  REQUIRE(f.producer->send(small, Clock::now()));
   f.flush();
   f.deliver_publishes();
   auto r = f.consumer.next(Clock::now());
   REQUIRE(r.value());
   REQUIRE(f.consumer.release(r.value()->end));
   // The huge record needs the whole ring: first padding goes out, then it waits for credit.
-  auto first = f.producer.send(huge, Clock::now());
+  auto first = f.producer->send(huge, Clock::now());
   REQUIRE_FALSE(first);
   CHECK(first.error() == errc::would_block);
   f.flush();
   f.deliver_publishes();
   REQUIRE_FALSE(f.consumer.next(Clock::now()).value());  // padding skipped, nothing delivered
   f.return_credit();
-  REQUIRE(f.producer.send(huge, Clock::now()));
+  REQUIRE(f.producer->send(huge, Clock::now()));
   f.flush();
   f.deliver_publishes();
   auto h = f.consumer.next(Clock::now());
@@ -108,7 +108,7 @@ TEST_CASE("a starved producer asks for credit and gets it below the lazy thresho
   LoopbackFabric f(wire::PublishMode::tail, 1 << 16, 8000);
   std::vector<std::byte> p(8000, std::byte{3});
   int sent = 0;
-  while (f.producer.send(p, Clock::now())) ++sent;
+  while (f.producer->send(p, Clock::now())) ++sent;
   f.flush();
   f.deliver_publishes();
   // Release one record only: far below a quarter ring, so no credit unless asked.
@@ -117,19 +117,19 @@ TEST_CASE("a starved producer asks for credit and gets it below the lazy thresho
   CHECK(f.consumer.counters().credit_requests == 1);
   f.return_credit();
   CHECK(f.consumer.counters().credit_writes == 1);
-  CHECK(f.producer.send(p, Clock::now()));
+  CHECK(f.producer->send(p, Clock::now()));
   CHECK(sent == 8);  // 65536 / 8064
 }
 
 TEST_CASE("claim and commit build a record in place, shrinking allowed", "[core]") {
   LoopbackFabric f(wire::PublishMode::imm, 4096, 1024);
-  auto span = f.producer.claim(100, Clock::now());
+  auto span = f.producer->claim(100, Clock::now());
   REQUIRE(span);
   std::fill(span.value().begin(), span.value().end(), std::byte{0x5a});
-  CHECK(f.producer.claim(1, Clock::now()).error() == errc::claim_open);
-  CHECK(f.producer.commit(101).error() == errc::record_too_large);
-  REQUIRE(f.producer.commit(60));
-  CHECK(f.producer.commit().error() == errc::no_claim);
+  CHECK(f.producer->claim(1, Clock::now()).error() == errc::claim_open);
+  CHECK(f.producer->commit(101).error() == errc::record_too_large);
+  REQUIRE(f.producer->commit(60));
+  CHECK(f.producer->commit().error() == errc::no_claim);
   f.flush();
   f.deliver_publishes();
   auto r = f.consumer.next(Clock::now());
@@ -141,7 +141,7 @@ TEST_CASE("claim and commit build a record in place, shrinking allowed", "[core]
 TEST_CASE("a record larger than the maximum is refused at the call", "[core]") {
   LoopbackFabric f(wire::PublishMode::imm, 4096, 1024);
   std::vector<std::byte> p(1025);
-  auto r = f.producer.send(p, Clock::now());
+  auto r = f.producer->send(p, Clock::now());
   REQUIRE_FALSE(r);
   CHECK(r.error() == errc::record_too_large);
   CHECK_THAT(r.error().message(), Catch::Contains("1025 B") && Catch::Contains("max_record 1024 B"));
@@ -151,10 +151,10 @@ TEST_CASE("coalescing: many records, one write and one publish", "[core]") {
   LoopbackFabric f(wire::PublishMode::imm, 1 << 16, 64);
   std::vector<std::byte> p(40);
   const auto t0 = Clock::now();
-  for (int i = 0; i < 100; ++i) REQUIRE(f.producer.send(p, t0));
-  CHECK_FALSE(f.producer.flush_due(t0));
-  CHECK(f.producer.flush_due(t0 + std::chrono::milliseconds(1)));
-  auto batch = f.producer.take_batch();
+  for (int i = 0; i < 100; ++i) REQUIRE(f.producer->send(p, t0));
+  CHECK_FALSE(f.producer->flush_due(t0));
+  CHECK(f.producer->flush_due(t0 + std::chrono::milliseconds(1)));
+  auto batch = f.producer->take_batch();
   REQUIRE(batch);
   CHECK(batch->count == 1);
   CHECK(batch->wrs[0].kind == WorkRequest::Kind::write_with_imm);
@@ -168,12 +168,12 @@ TEST_CASE("tail mode: a publish that overtakes its payload is never delivered", 
   std::uint64_t expect = 0;
   // Fill one lap so stale but well-formed records lie in the ring.
   for (int i = 0; i < 40; ++i) {
-    REQUIRE(f.producer.send(payload_for(i, 100), Clock::now()));
+    REQUIRE(f.producer->send(payload_for(i, 100), Clock::now()));
     f.flush();
     drain(f, expect, 100);
   }
   f.hold(true);
-  REQUIRE(f.producer.send(payload_for(40, 100), Clock::now()));
+  REQUIRE(f.producer->send(payload_for(40, 100), Clock::now()));
   f.flush();
   auto held = f.place_publish_first();
   REQUIRE_FALSE(held.empty());
@@ -192,7 +192,7 @@ TEST_CASE("tail mode: a publish that overtakes its payload is never delivered", 
 TEST_CASE("tail mode: a late payload within the grace is delivered", "[core]") {
   LoopbackFabric f(wire::PublishMode::tail, 4096, 1024);
   f.hold(true);
-  REQUIRE(f.producer.send(payload_for(0, 100), Clock::now()));
+  REQUIRE(f.producer->send(payload_for(0, 100), Clock::now()));
   f.flush();
   auto held = f.place_publish_first();
   f.deliver_publishes();
@@ -205,7 +205,7 @@ TEST_CASE("tail mode: a late payload within the grace is delivered", "[core]") {
 
 TEST_CASE("imm mode: a corrupt record below the mark is a protocol violation", "[core]") {
   LoopbackFabric f(wire::PublishMode::imm, 4096, 1024);
-  REQUIRE(f.producer.send(payload_for(1, 100), Clock::now()));
+  REQUIRE(f.producer->send(payload_for(1, 100), Clock::now()));
   f.flush();
   f.ring()[30] ^= std::byte{1};
   f.deliver_publishes();
@@ -218,9 +218,9 @@ TEST_CASE("credit from another epoch is ignored and counted", "[core]") {
   LoopbackFabric f(wire::PublishMode::imm, 4096, 1024);
   std::array<std::byte, wire::kCreditRecordSize> c{};
   wire::encode(wire::CreditRecord{2, 0, 0, 0}, c);
-  f.producer.on_credit(c);
-  CHECK(f.producer.counters().stale_credit == 1);
-  CHECK_FALSE(f.producer.failure());
+  f.producer->on_credit(c);
+  CHECK(f.producer->counters().stale_credit == 1);
+  CHECK_FALSE(f.producer->failure());
 }
 
 TEST_CASE("record reader rejects lengths that run past the ring or the mark", "[ring]") {

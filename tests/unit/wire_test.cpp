@@ -116,3 +116,20 @@ TEST_CASE("ring geometry refuses sizes that are not powers of two or too small",
   CHECK_THAT(big.error().message(), Catch::Contains("more than the ring"));
   CHECK(RingGeometry::make(4096, 4096 - 64));
 }
+
+#include "rdmaring/consumer.hpp"
+
+TEST_CASE("consumer options: relaxed ordering is refused with tail mode, allowed with imm", "[config]") {
+  ConsumerOptions o;
+  o.address = "169.254.0.1";
+  o.mode = wire::PublishMode::tail;
+  o.relaxed_ordering = true;
+  auto r = o.validate();
+  REQUIRE_FALSE(r);
+  CHECK(r.error() == errc::relaxed_ordering_refused);
+  CHECK_THAT(r.error().message(), Catch::Contains("tail record's write may land before the payload"));
+  o.mode = wire::PublishMode::imm;
+  CHECK(o.validate());
+  o.ring_bytes = 5000;
+  CHECK(o.validate().error() == errc::bad_config);
+}

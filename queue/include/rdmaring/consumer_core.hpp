@@ -53,7 +53,7 @@ struct ConsumerCounters {
   std::uint64_t credit_requests = 0;      // producer asked for credit
   std::uint64_t torn_tail_reads = 0;
   std::uint64_t stale_epoch = 0;          // publishes from another epoch, ignored
-  std::uint64_t not_ready = 0;            // tail mode: a published record failed its checks (waited out)
+  std::uint64_t not_ready = 0;            // tail mode: polls that found a published record failing its checks
 };
 
 class ConsumerCore {
@@ -76,9 +76,17 @@ class ConsumerCore {
   // invalid_argument when `end` is not between the last release and the last delivery.
   Result<void> release(std::uint64_t end);
 
+  // A new connection for this ring, in epoch `epoch` (newer than the current one). Whatever was
+  // published but not yet read is forgotten: the producer sends it again from the returned point,
+  // so nothing is delivered twice. Records being consumed stay so until released. Clears a
+  // failure: the new connection starts clean. Errors: stale_epoch.
+  Result<ResumePoint> begin_epoch(std::uint64_t epoch);
+
   // The credit write-back due now, if any (a quarter ring released, or the producer asked).
   std::optional<CreditWrite> take_credit();
   void on_completion(std::uint64_t wr_id, bool success, int wc_status = 0);
+  // Mode imm: a receive completed with an error (other than a flush after disconnect).
+  void on_receive_failed(int wc_status);
 
   const std::optional<Error>& failure() const noexcept { return failure_; }
   ConsumerLedger ledger() const noexcept;

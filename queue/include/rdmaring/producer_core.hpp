@@ -42,12 +42,21 @@ struct ProducerConfig {
   Result<void> validate() const;
 };
 
+// Where a connection (re)starts, as the consumer states it: the epoch, the position of the
+// next record it will read and that record's sequence, and how far it has released the ring.
+// A first connection starts at {1, 0, 0, 0}.
+struct ResumePoint {
+  std::uint64_t epoch = 1;
+  std::uint64_t position = 0;       // consumer's read head: the next record starts here
+  std::uint64_t released = 0;       // below this the producer may write (released <= position)
+  std::uint64_t next_sequence = 0;  // the sequence of the record at `position`
+};
+
 // What the consumer told us at connect time.
 struct PeerRing {
   wire::PublishMode mode = wire::PublishMode::imm;
   RingGeometry geometry;
-  std::uint64_t epoch = 1;
-  std::uint64_t next_sequence = 0;
+  ResumePoint start;
 };
 
 // One work request for the adapter to post, in order, on the connection's RC QP.
@@ -92,7 +101,9 @@ struct ProducerCounters {
 
 class ProducerCore {
  public:
-  // Assumes staging.size() == peer.geometry.bytes and `config` validated.
+  // Assumes staging.size() == peer.geometry.bytes and `config` validated. A producer that lost
+  // its staging (a restart) starts empty at peer.start: the application re-sends from
+  // peer.start.next_sequence.
   ProducerCore(std::span<std::byte> staging, const PeerRing& peer, const ProducerConfig& config) noexcept;
 
   // Opens a claim of `len` payload bytes and returns them, in staging, for the caller to fill.
@@ -113,6 +124,13 @@ class ProducerCore {
   // send queue has no room (then retry after completions).
   std::optional<PostBatch> take_batch();
 
+  // Continues over a new connection from where the consumer stands. Staging still holds every
+  // unreleased record, so the records from `at.position` on go out again, unchanged, with the
+  // next batch: none lost, none delivered twice (the consumer reads from that very position).
+  // Errors: stale_epoch (at.epoch not newer); protocol_violation when `at` is not a record
+  // boundary this producer wrote with that sequence (then it must restart from `at`).
+  Result<void> resume(const ResumePoint& at);
+
   // Asks the consumer for a credit write-back with the next publish (once until credit moves).
   void request_credit() noexcept { want_credit_ = !credit_asked_; }
 
@@ -121,12 +139,13 @@ class ProducerCore {
   // The bytes of the credit MR, as read now (possibly torn; then ignored and counted).
   void on_credit(std::span<const std::byte, wire::kCreditRecordSize> bytes);
 
-  // Set when the connection failed; every call then returns it.
+  // Set when the connection failed; claim(), send() and take_batch() then refuse.
   const std::optional<Error>& failure() const noexcept { return failure_; }
   ProducerLedger ledger() const noexcept;
   const ProducerCounters& counters() const noexcept { return counters_; }
   std::uint64_t next_sequence() const noexcept { return next_sequence_; }
   std::uint64_t delivered() const noexcept { return delivered_; }
+  std::uint64_t epoch() const noexcept { return epoch_; }
   const PeerRing& peer() const noexcept { return peer_; }
   std::uint64_t send_queue_outstanding() const noexcept { return sq_.outstanding(); }
 
@@ -141,10 +160,13 @@ class ProducerCore {
   void append_padding(std::uint64_t next_sequence);
   void mark_committed(std::uint64_t bytes, Clock::time_point now);
   void fail(Error e);
+  Error starved();
+  Error too_large(std::uint64_t len) const;
 
   std::span<std::byte> staging_;
   PeerRing peer_;
   ProducerConfig config_;
+  std::uint64_t epoch_;
   SendQueueBudget sq_;
 
   std::uint64_t released_ = 0;
@@ -152,7 +174,6 @@ class ProducerCore {
   std::uint64_t committed_ = 0;
   std::optional<Claim> claim_;
   std::uint64_t next_sequence_;
-  std::uint64_t published_sequence_;
   std::uint64_t delivered_;
   std::uint32_t pending_records_ = 0;
   Clock::time_point oldest_pending_{};

@@ -1,7 +1,8 @@
 // The wire formats of rdmaring, written once. protocol-spec/wire-formats.md describes these
 // bytes for a re-implementer and names this header as the source of every constant in it.
 //
-// All multi-byte fields are little-endian. Encoders and decoders copy bytes (no struct
+// All multi-byte fields are little-endian, except the immediate, which verbs carries in network
+// byte order (ibv_send_wr::imm_data is big-endian; the adapters convert). Encoders and decoders copy bytes (no struct
 // punning) so they work on memory the peer's NIC may be writing concurrently and on hostile
 // input: a decoder never trusts a length before checking it.
 #pragma once
@@ -17,8 +18,8 @@ namespace rdmaring::wire {
 inline constexpr std::uint32_t kVersion = 1;
 
 // ---- Records in the ring ------------------------------------------------------------------
-// Every record starts on a 64-byte boundary: a 24-byte header, the payload, zero fill to the
-// next boundary. 64 B keeps a header from straddling a cache line, so a torn header can only
+// Every record starts on a 64-byte boundary: a 24-byte header, the payload, fill (content
+// unspecified, never read) to the next boundary. 64 B keeps a header from straddling a cache line, so a torn header can only
 // come from a partially placed write, which the header check catches.
 inline constexpr std::size_t kRecordAlign = 64;
 inline constexpr std::size_t kRecordHeaderSize = 24;
@@ -50,7 +51,8 @@ constexpr std::uint64_t record_span(std::uint64_t payload_len) noexcept {
 // ---- Publish by immediate (mode `imm`) ----------------------------------------------------
 // The 32-bit immediate of the RDMA_WRITE_WITH_IMM that publishes:
 //   bits  0..27  new tail, in 64-byte units, modulo 2^28 (the consumer widens it: the tail is
-//                never more than one ring ahead of what it has seen, and rings are < 2^34 B)
+//                never more than one ring ahead of what it has seen, and a ring is at most
+//                kMaxRingBytes, far below the 2^34 B period, so a backward tail is detectable)
 //   bit   28     credit request: the producer is short of space, write credit back soon
 //   bits 29..31  epoch, low 3 bits (a write from a fenced epoch cannot land at all because its
 //                rkey is revoked; these bits catch a confused peer)
@@ -58,7 +60,10 @@ inline constexpr unsigned kImmTailBits = 28;
 inline constexpr std::uint32_t kImmTailMask = (1u << kImmTailBits) - 1;
 inline constexpr std::uint32_t kImmCreditRequest = 1u << 28;
 inline constexpr unsigned kImmEpochShift = 29;
-inline constexpr std::uint64_t kMaxRingBytes = std::uint64_t{1} << (kImmTailBits + 6 - 1);
+// 1 GiB: every stretch of the ring then fits one RDMA_WRITE (RC messages stop below 2^31 B),
+// so a batch is always at most two writes plus the publish.
+inline constexpr std::uint64_t kMaxRingBytes = std::uint64_t{1} << 30;
+inline constexpr std::uint64_t kMinRingBytes = 4096;
 
 struct Immediate {
   std::uint32_t tail_units = 0;  // tail / 64, modulo 2^28

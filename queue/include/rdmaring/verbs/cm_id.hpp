@@ -63,7 +63,8 @@ class CmId {
 
   // Client: connects with `param` (the QP created on this id carries the connection) and waits
   // for ESTABLISHED; returns the private data of the peer's accept (padded by IB/RoCE CM).
-  // Assumes: resolve() succeeded and a QueuePair exists on this id.
+  // Assumes: resolve() succeeded and a QueuePair exists on this id; param.private_data_len is
+  // at most 56 B over IB/RoCE (196 B for accept()), the room the CM's REQ (REP) leaves.
   // Throws: SetupError with the errno of rdma_connect; as expect_event does (REJECTED,
   // UNREACHABLE, CONNECT_ERROR, timeout).
   std::vector<std::byte> connect(const rdma_conn_param& param, std::chrono::milliseconds timeout);
