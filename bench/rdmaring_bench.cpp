@@ -7,15 +7,29 @@
 //
 // Record k's length and bytes are a function of (seed, k), so the consumer checks every byte
 // without a side channel.
+//
+// Two measurements:
+//   throughput (default)  the producer streams --records as fast as credit allows; records/s and
+//                         MB/s (10^6 B/s) from connect to the last record released.
+//   --latency             one record at a time: commit, flush, then Producer::drain until the
+//                         consumer's credit write-back releases it (drain asks for credit). The
+//                         round trip record -> credit is timed with steady_clock; p50/p99/p999
+//                         of RTT/2 in microseconds, comparable to ib_write_lat's t_typical
+//                         (also RTT/2). Filling the record is outside the timed span; the first
+//                         --warmup round trips are not counted.
+// --json FILE writes the run's results (both roles' fields for `pair`) as one JSON object.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -23,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_records.hpp"
 #include "rdmaring/consumer.hpp"
 #include "rdmaring/producer.hpp"
 
@@ -46,13 +61,17 @@ struct Options {
   bool relaxed = false;
   int ready_fd = -1;
   double timeout_s = 600;
+  bool latency = false;
+  std::uint64_t warmup = 16;  // latency: round trips not counted
+  std::string json;           // write the results here as JSON
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "rdmaring-bench: " << why << "\n"
             << "usage: rdmaring-bench pair|consumer|producer [--address A] [--port P] [--mode imm|tail]\n"
                "  [--ring BYTES] [--max-record BYTES] [--records N] [--sizes mixed|fixed:N] [--seed S]\n"
-               "  [--slow-every N --slow-us U] [--relaxed] [--timeout SECONDS]\n";
+               "  [--slow-every N --slow-us U] [--relaxed] [--timeout SECONDS]\n"
+               "  [--latency [--warmup N]] [--json FILE]\n";
   std::exit(2);
 }
 
@@ -79,6 +98,9 @@ Options parse(int argc, char** argv) {
     else if (k == "--relaxed") o.relaxed = true;
     else if (k == "--ready-fd") o.ready_fd = std::stoi(next());
     else if (k == "--timeout") o.timeout_s = std::stod(next());
+    else if (k == "--latency") o.latency = true;
+    else if (k == "--warmup") o.warmup = std::stoull(next());
+    else if (k == "--json") o.json = next();
     else usage("unknown option " + k);
   }
   if (o.address.empty()) usage("no --address and no RDMARING_ADDR");
@@ -86,12 +108,7 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-std::uint64_t mix(std::uint64_t x) {  // splitmix64
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using bench::mix;
 
 // Mixed sizes: 90 % of 0..256 B, 9 % of 257 B..4 KiB, 1 % of 4 KiB..max_record.
 std::uint32_t size_of(const Options& o, std::uint64_t seq) {
@@ -102,13 +119,7 @@ std::uint32_t size_of(const Options& o, std::uint64_t seq) {
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(n, o.max_record));
 }
 
-void fill(const Options& o, std::uint64_t seq, std::span<std::byte> out) {
-  std::uint64_t s = mix(o.seed ^ (seq << 1));
-  for (std::size_t i = 0; i < out.size(); i += 8) {
-    s = mix(s);
-    std::memcpy(out.data() + i, &s, std::min<std::size_t>(8, out.size() - i));
-  }
-}
+void fill(const Options& o, std::uint64_t seq, std::span<std::byte> out) { bench::fill(o.seed, seq, out); }
 
 wire::PublishMode mode_of(const Options& o) { return o.mode == "tail" ? wire::PublishMode::tail : wire::PublishMode::imm; }
 
@@ -119,6 +130,63 @@ T must(Result<T> r, const char* what) {
     std::exit(1);
   }
   if constexpr (!std::is_void_v<T>) return std::move(r).value();
+}
+
+std::map<std::string, std::string> fields(const std::string& line) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(line);
+  for (std::string kv; in >> kv;)
+    if (auto eq = kv.find('='); eq != std::string::npos) out[kv.substr(0, eq)] = kv.substr(eq + 1);
+  return out;
+}
+
+std::string json_string(const std::string& v) {
+  std::string out = "\"";
+  for (const char ch : v) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') out += std::string("\\") + ch;
+    else if (u < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      out += buf;
+    } else out += ch;
+  }
+  return out + "\"";
+}
+
+// A finite number stays a JSON number; anything else ("?", "inf", a name) becomes a string.
+std::string json_value(const std::string& v) {
+  if (!v.empty()) {
+    char* end = nullptr;
+    const double d = std::strtod(v.c_str(), &end);
+    if (end == v.c_str() + v.size() && std::isfinite(d) && v.find_first_of("xXnN") == std::string::npos) return v;
+  }
+  return json_string(v);
+}
+
+std::string json_object(const std::map<std::string, std::string>& m) {
+  std::string out = "{";
+  for (const auto& [k, v] : m) out += (out.size() > 1 ? ", " : "") + json_string(k) + ": " + json_value(v);
+  return out + "}";
+}
+
+// {"role": ..., the run's options, "consumer": {...}, "producer": {...}, "ok": ...}
+void write_json(const Options& o, const std::map<std::string, std::string>* consumer,
+                const std::map<std::string, std::string>* producer, bool ok) {
+  if (o.json.empty()) return;
+  const char* device = std::getenv("RDMARING_DEVICE");
+  std::ofstream f(o.json);
+  f << "{\"tool\": \"rdmaring-bench\", \"role\": " << json_string(o.role)
+    << ", \"measurement\": " << json_string(o.latency ? "latency" : "throughput")
+    << ", \"device\": " << json_string(device ? device : "") << ", \"address\": " << json_string(o.address)
+    << ", \"mode\": " << json_string(o.mode) << ", \"sizes\": " << json_string(o.sizes) << ", \"records\": " << o.records
+    << ", \"ring\": " << o.ring << ", \"max_record\": " << o.max_record << ", \"seed\": " << o.seed
+    << ", \"relaxed\": " << (o.relaxed ? "true" : "false");
+  if (o.latency) f << ", \"warmup\": " << o.warmup;
+  if (consumer) f << ",\n \"consumer\": " << json_object(*consumer);
+  if (producer) f << ",\n \"producer\": " << json_object(*producer);
+  f << ",\n \"ok\": " << (ok ? "true" : "false") << "}\n";
+  if (!f) std::cerr << "rdmaring-bench: cannot write " << o.json << "\n";
 }
 
 int run_consumer(const Options& o) {
@@ -169,22 +237,58 @@ int run_consumer(const Options& o) {
   // Keep answering credit requests until the producer has drained and left.
   while (consumer.connected() && Clock::now() < deadline) must(consumer.poll([](const DeliveredRecord&) {}, 64), "poll");
   const auto s = consumer.stats();
-  std::cout << "consumer records=" << expect << " bad=" << bad << " bytes=" << bytes
+  std::ostringstream line;
+  line << "consumer records=" << expect << " bad=" << bad << " bytes=" << bytes
             << " seconds=" << Seconds(last - first).count() << " publishes=" << s.core.publishes
             << " credit_writes=" << s.core.credit_writes << " credit_requests=" << s.core.credit_requests
             << " recv_completions=" << s.recv_completions << " recv_posts=" << s.recv_posts
             << " padding=" << s.core.padding_records << " not_ready=" << s.core.not_ready
-            << " torn_tail=" << s.core.torn_tail_reads << std::endl;
+            << " torn_tail=" << s.core.torn_tail_reads;
+  std::cout << line.str() << std::endl;
+  const auto m = fields(line.str());
+  write_json(o, &m, nullptr, bad == 0);
   return bad == 0 ? 0 : 1;
 }
 
-int run_producer(const Options& o) {
-  ProducerOptions po;
-  po.address = o.address;
-  po.port = o.port;
-  Producer producer = Producer::connect(po);
+// Nearest-rank percentile of sorted samples.
+double percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const auto rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(sorted.size())));
+  return sorted[std::clamp<std::size_t>(rank, 1, sorted.size()) - 1];
+}
+
+// Latency: one record in flight. Returns the extra key=value fields of the producer's line.
+Result<std::string> measure_latency(const Options& o, Producer& producer, std::uint64_t& bytes) {
+  const auto timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(Seconds(o.timeout_s));
+  std::vector<double> half_rtt_us;
+  half_rtt_us.reserve(o.records);
+  for (std::uint64_t seq = 0; seq < o.records; ++seq) {
+    const std::uint32_t len = size_of(o, seq);
+    // The previous round trip released everything: the claim fits at once.
+    BOOST_OUTCOME_TRY(dst, producer.claim(len));
+    fill(o, seq, dst);
+    const auto t0 = Clock::now();
+    BOOST_OUTCOME_TRYV(producer.commit());
+    BOOST_OUTCOME_TRYV(producer.drain(timeout));  // flush, then wait for the credit write-back
+    const auto t1 = Clock::now();
+    bytes += len;
+    if (seq >= o.warmup) half_rtt_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2);
+  }
+  std::sort(half_rtt_us.begin(), half_rtt_us.end());
+  double sum = 0;
+  for (const double v : half_rtt_us) sum += v;
+  const double n = static_cast<double>(std::max<std::size_t>(half_rtt_us.size(), 1));
+  std::ostringstream out;
+  out << " latency_samples=" << half_rtt_us.size() << " latency_min_us=" << percentile(half_rtt_us, 0)
+      << " latency_p50_us=" << percentile(half_rtt_us, 0.5) << " latency_p99_us=" << percentile(half_rtt_us, 0.99)
+      << " latency_p999_us=" << percentile(half_rtt_us, 0.999)
+      << " latency_max_us=" << (half_rtt_us.empty() ? 0 : half_rtt_us.back()) << " latency_mean_us=" << sum / n;
+  return out.str();
+}
+
+// Throughput: as many records in flight as the ring's credit allows.
+Result<void> stream(const Options& o, Producer& producer, std::uint64_t& bytes) {
   const auto t0 = Clock::now();
-  std::uint64_t bytes = 0;
   for (std::uint64_t seq = 0; seq < o.records; ++seq) {
     const std::uint32_t len = size_of(o, seq);
     // Zero-copy: the record is built in the registered staging buffer.
@@ -195,28 +299,43 @@ int run_producer(const Options& o) {
         dst = c.value();
         break;
       }
-      if (c.error() != errc::would_block) must(std::move(c), "claim");
-      if (Clock::now() - t0 > Seconds(o.timeout_s)) {
-        std::cerr << "producer: no credit; " << producer.ledger_dump() << "\n";
-        return 1;
-      }
+      if (c.error() != errc::would_block) return std::move(c).error();
+      if (Clock::now() - t0 > Seconds(o.timeout_s))
+        return make_error(errc::timed_out, "producer: no credit; " + producer.ledger_dump());
     }
     fill(o, seq, dst);
-    must(producer.commit(), "commit");
+    BOOST_OUTCOME_TRYV(producer.commit());
     bytes += len;
   }
+  return success();
+}
+
+int run_producer(const Options& o) {
+  ProducerOptions po;
+  po.address = o.address;
+  po.port = o.port;
+  Producer producer = Producer::connect(po);
+  const auto t0 = Clock::now();
+  std::uint64_t bytes = 0;
+  std::string latency;
+  if (o.latency) latency = must(measure_latency(o, producer, bytes), "latency");
+  else must(stream(o, producer, bytes), "send");
   must(producer.close(std::chrono::duration_cast<std::chrono::nanoseconds>(Seconds(o.timeout_s))), "close");
   const auto secs = Seconds(Clock::now() - t0).count();
   const auto s = producer.stats();
   const double n = static_cast<double>(o.records);
   auto per = [n](std::uint64_t v) { return static_cast<double>(v) / n; };
-  std::cout << "producer records=" << s.core.records << " bytes=" << bytes << " seconds=" << secs
-            << " records_per_s=" << n / secs << " mb_per_s=" << static_cast<double>(bytes) / secs / 1e6
-            << " post_send_calls=" << s.post_send_calls << " wrs=" << s.core.wrs << " signaled=" << s.core.signaled
-            << " batches=" << s.core.batches << " wire_bytes=" << s.core.wire_bytes
-            << " would_block=" << s.core.would_block << " credit_requests=" << s.core.credit_requests
-            << " credit_updates=" << s.core.credit_updates << " post_send_per_record=" << per(s.post_send_calls)
-            << " signaled_per_record=" << per(s.core.signaled) << " wrs_per_record=" << per(s.core.wrs) << std::endl;
+  std::ostringstream line;
+  line << "producer records=" << s.core.records << " bytes=" << bytes << " seconds=" << secs
+       << " records_per_s=" << n / secs << " mb_per_s=" << static_cast<double>(bytes) / secs / 1e6
+       << " post_send_calls=" << s.post_send_calls << " wrs=" << s.core.wrs << " signaled=" << s.core.signaled
+       << " batches=" << s.core.batches << " wire_bytes=" << s.core.wire_bytes
+       << " would_block=" << s.core.would_block << " credit_requests=" << s.core.credit_requests
+       << " credit_updates=" << s.core.credit_updates << " post_send_per_record=" << per(s.post_send_calls)
+       << " signaled_per_record=" << per(s.core.signaled) << " wrs_per_record=" << per(s.core.wrs) << latency;
+  std::cout << line.str() << std::endl;
+  const auto m = fields(line.str());
+  write_json(o, nullptr, &m, true);
   return 0;
 }
 
@@ -247,14 +366,6 @@ std::string read_all(int fd) {
   return s;
 }
 
-std::map<std::string, std::string> fields(const std::string& line) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(line);
-  for (std::string kv; in >> kv;)
-    if (auto eq = kv.find('='); eq != std::string::npos) out[kv.substr(0, eq)] = kv.substr(eq + 1);
-  return out;
-}
-
 void report(const Options& o, const std::string& c_out, const std::string& p_out, bool ok) {
   auto c = fields(c_out), p = fields(p_out);
   auto f = [](std::map<std::string, std::string>& m, const char* k) { return m.count(k) ? m[k] : std::string("?"); };
@@ -271,15 +382,28 @@ void report(const Options& o, const std::string& c_out, const std::string& p_out
             << f(p, "would_block") << " times\n"
             << "  records      " << f(p, "records") << " sent, " << f(c, "records") << " delivered in order, " << f(c, "bad")
             << " wrong; " << f(c, "bytes") << " payload bytes\n"
-            << "  throughput   " << f(p, "records_per_s") << " records/s, " << f(p, "mb_per_s") << " MB/s\n"
+            << "  throughput   " << f(p, "records_per_s") << " records/s, " << f(p, "mb_per_s") << " MB/s"
+            << (o.latency ? " (one record in flight: not a throughput measurement)" : "") << "\n";
+  if (o.latency)
+    std::cout << "  latency      RTT/2 record -> credit, " << f(p, "latency_samples") << " samples after " << o.warmup
+              << " warm-up: p50 " << f(p, "latency_p50_us") << " us, p99 " << f(p, "latency_p99_us") << " us, p999 "
+              << f(p, "latency_p999_us") << " us (min " << f(p, "latency_min_us") << ", max " << f(p, "latency_max_us")
+              << ")\n";
+  std::cout
             << "  per record   " << f(p, "post_send_per_record") << " ibv_post_send, " << f(p, "wrs_per_record") << " WRs, "
             << f(p, "signaled_per_record") << " signaled completions\n"
             << "  result       " << (ok ? "ok" : "FAILED") << std::endl;
 }
 
 int run_pair(const Options& o, int argc, char** argv) {
-  std::vector<std::string> common;
-  for (int i = 2; i < argc; ++i) common.push_back(argv[i]);
+  std::vector<std::string> common;  // the children's options: ours, less --json (the pair writes it)
+  for (int i = 2; i < argc; ++i) {
+    if (std::string(argv[i]) == "--json") {
+      ++i;
+      continue;
+    }
+    common.push_back(argv[i]);
+  }
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return 1;
   std::vector<std::string> cargs{"rdmaring-bench", "consumer", "--ready-fd", std::to_string(fds[1])};
@@ -308,6 +432,14 @@ int run_pair(const Options& o, int argc, char** argv) {
   const bool ok = WIFEXITED(ps) && WEXITSTATUS(ps) == 0 && WIFEXITED(cs) && WEXITSTATUS(cs) == 0;
   std::cout << c_out << p_out;
   report(o, c_out, p_out, ok);
+  auto line_of = [](const std::string& out, const std::string& prefix) {
+    std::istringstream lines(out);
+    for (std::string l; std::getline(lines, l);)
+      if (l.rfind(prefix, 0) == 0) return fields(l);
+    return std::map<std::string, std::string>{};
+  };
+  const auto cm = line_of(c_out, "consumer "), pm = line_of(p_out, "producer ");
+  write_json(o, &cm, &pm, ok);
   return ok ? 0 : 1;
 }
 

@@ -1,24 +1,36 @@
 /*
- * rdmaring v1 publish protocol: one producer, one consumer, the fabric between them.
- * See README.md next to this file for what is modelled, what is abstracted and the runs.
+ * rdmaring publish protocol: one producer, one consumer and the fabric between them, with
+ * connection drops and resumes. README.md next to this file says what is modelled, what is
+ * abstracted away, the properties and the runs; `check` runs them all.
  *
- * Configuration (each a macro, set with spin -DNAME=VALUE):
- *   MODE          1 = imm (RDMA_WRITE_WITH_IMM publishes), 2 = tail (tail-record WRITE publishes)
- *   RELAXED       1 = the ring MR is registered with relaxed ordering: the fabric may place the
- *                 payload WRITEs of one QP late, in any order, after later WRITEs
- *   CHECK         1 = the consumer checks each record below the mark (exact expected sequence;
- *                 stands for header CRC, kind, length, payload CRC and sequence, wire-formats.md
- *                 §2.4). 0 = it trusts the publish mark (what naive implementations do)
- *   NOTREADY_OK   0 = assert that a record below the mark never fails its check (the guarantee
- *                 publish-modes.md I3 / §3.2 claims); 1 = a failing check is allowed (it must
- *                 then be waited out or reported, never delivered)
- *   RESEQ         1 = on reconnect the consumer announces a next_sequence above every sequence
- *                 the old connection can have left in the ring (failures.md §2); 0 = it continues
- *                 from the next sequence it expected
- *   CREDIT_EPOCH  1 = the producer ignores credit records of another epoch (wire-formats.md §5)
+ * Configuration (each a macro: spin -DNAME=VALUE -a ring.pml):
+ *   MODE          1 = imm: the batch's last WRITE is a WRITE_WITH_IMM, its receive completion
+ *                 publishes; 2 = tail: a tail-record WRITE after the payload publishes
+ *   RELAXED       1 = the ring MR has relaxed ordering: the fabric may place payload WRITEs late,
+ *                 in any order, after later WRITEs of the QP (the tail MR never has it)
+ *   CHECK         1 = the consumer checks the record at head (exact expected sequence, standing
+ *                 for header CRC, kind, length, payload CRC and sequence: wire-formats.md §2.4);
+ *                 0 = it trusts the publish mark, as naive implementations do
+ *   NOTREADY_OK   0 = assert that a record below the mark never fails its check (what mode imm's
+ *                 completion, or mode tail's in-order placement, promises); 1 = it may fail, and
+ *                 must then be waited out or reported, never delivered
+ *   RESTART       1 = a reconnect may also restart the producer empty (its staging lost) from the
+ *                 consumer's resume point; 0 = the producer always resumes with its staging
  *   TAIL_EPOCH    1 = the consumer ignores tail records of another epoch (wire-formats.md §4)
- *   MAXREC        records the producer commits over the whole run (all connections)
- *   MAXDROP       connection drops (each followed by a reconnect with epoch + 1)
+ *   CREDIT_EPOCH  1 = the producer ignores credit records of another epoch (wire-formats.md §5)
+ *   CTHRESH       lazy credit threshold in slots (2 = ring / credit_fraction 2); N + 1 = credit
+ *                 is written only when the producer asks
+ *   MAXREC        positions (records) the producer may commit, over all connections
+ *   MAXDROP       connection drops, each followed by a resume in epoch + 1
+ *   NO_P4         leave out the P4 assertions, to see what a stale epoch would go on to break
+ *
+ * Properties (assertions; README.md §3):
+ *   P1 the consumer delivers only the record it expects, fully placed, as the current producer
+ *      sent it;  P2 in order, never twice;  P3 a WRITE never lands on a slot the consumer has not
+ *      released, or on a record it may still read;  P4 a record or completion of an old epoch
+ *      never moves the publish mark or the producer's released;  P5 (when NOTREADY_OK = 0) a
+ *      record below the mark always passes its check;  P6 when nothing can move any more,
+ *      everything committed was delivered (unless a side failed).
  */
 
 #ifndef MODE
@@ -33,14 +45,17 @@
 #ifndef NOTREADY_OK
 #define NOTREADY_OK 0
 #endif
-#ifndef RESEQ
-#define RESEQ 1
+#ifndef RESTART
+#define RESTART 1
+#endif
+#ifndef TAIL_EPOCH
+#define TAIL_EPOCH 1
 #endif
 #ifndef CREDIT_EPOCH
 #define CREDIT_EPOCH 1
 #endif
-#ifndef TAIL_EPOCH
-#define TAIL_EPOCH 1
+#ifndef CTHRESH
+#define CTHRESH 2
 #endif
 #ifndef MAXREC
 #define MAXREC 6
@@ -52,34 +67,36 @@
 #define IMM  1
 #define TAIL 2
 
-#define N       4   /* ring slots; one record per slot, so positions count records */
-#ifndef CTHRESH
-#define CTHRESH 2   /* lazy credit threshold: released - credited >= ring / credit_fraction (2) */
-#endif
-#define QCAP    6   /* producer send queue: WRs posted and not yet executed by the responder */
-#define PCAP    4   /* relaxed-ordering WRITEs executed but not yet placed */
-#define CQCAP   3   /* consumer receive completions not yet polled */
-#define CRCAP   2   /* consumer credit WRITEs not yet executed */
-#define NONE    255 /* no ring position: a zero-length WRITE_WITH_IMM, a tail record */
+#define N     4    /* ring slots, one record each: positions count records, slot = pos % N */
+#define QCAP  6    /* WRs posted and not yet executed by the responder (send queue room) */
+#define PCAP  4    /* relaxed WRITEs executed but not yet placed */
+#define CQCAP 3    /* receive completions not yet polled */
+#define CRCAP 2    /* credit WRITEs not yet executed */
+#define NONE  255  /* no ring position: zero-length WRITE_WITH_IMM, tail record */
 
-/* consumer protocol violations (sticky) */
-#define V_CHECK 1   /* mode imm: a record below the mark fails its check */
-#define V_GRACE 2   /* mode tail: a record below the mark still fails after ordering_grace */
-#define V_EPOCH 3   /* mode imm: an immediate whose epoch bits are not this connection's */
-#define V_RANGE 4   /* a publish mark outside [credited, credited + ring] */
+/* Sequences: the record at position p has sequence p + 1 (next_sequence of the first
+ * connection is 1, so that 0 can stand for zeroed memory). The resume point carries position
+ * and sequence together, so a resumed or restarted producer keeps this numbering. */
+#define SEQ(p) ((p) + 1)
+
+/* consumer protocol violations (sticky until the next epoch: begin_epoch clears them) */
+#define V_CHECK 1  /* mode imm: a record below the mark fails its check, at once */
+#define V_GRACE 2  /* mode tail: a record below the mark still fails after ordering_grace */
+#define V_EPOCH 3  /* mode imm: an immediate whose epoch bits are not this connection's */
+#define V_RANGE 4  /* a publish mark outside [credited, credited + ring] */
 
 mtype = { WR, WIMM, WTAIL };
 
 /* ---- connection ---- */
-byte epoch = 0;    /* the connection's epoch; also the rkey generation of ring, tail and credit MRs */
-bit  up = 1;       /* the connection is up */
+byte epoch = 1;   /* the connection's epoch; also the rkey generation of the ring, tail and
+                   * credit MRs (resume re-keys them) */
+bit  up = 1;
 byte drops = 0;
-byte written = 0;  /* records committed so far, over all connections */
 
 /* ---- consumer memory ---- */
-byte ring[N];      /* sequence of the record placed in the slot; 0 = zeroed (sequences start at 1) */
-byte ring_ep[N];   /* ghost: epoch of the connection whose WRITE placed it (records carry no epoch) */
-bit  tm_valid;     /* tail MR: 0 = zeroed (fails its check) */
+byte ring[N];      /* sequence of the record placed in the slot; 0 = zeroed */
+byte ring_inc[N];  /* ghost: incarnation of the producer whose WRITE placed it */
+bit  tm_valid;     /* tail MR: 0 = zeroed, fails its check */
 byte tm_ep, tm_tail, tm_creq;
 
 /* ---- producer memory ---- */
@@ -87,37 +104,39 @@ bit  cm_valid;     /* credit MR: 0 = zeroed, never decoded */
 byte cm_ep, cm_rel;
 
 /* ---- fabric ---- */
-chan qp = [QCAP] of { mtype, byte, byte, byte, byte, byte };  /* kind, epoch, pos, seq, tail, request */
+chan qp = [QCAP] of { mtype, byte, byte, byte, byte, byte };  /* kind, epoch, pos, incarnation, tail, request */
 chan cq = [CQCAP] of { byte, byte, bit };                      /* immediate: epoch bits, tail, credit request */
 chan cr = [CRCAP] of { byte, byte };                           /* credit record: epoch, released */
 bit  pd_valid[PCAP];                                           /* executed, not yet placed (relaxed) */
-byte pd_ep[PCAP], pd_pos[PCAP], pd_seq[PCAP];
-byte npend = 0;       /* number of valid pd_ entries */
-byte npend_cur = 0;   /* ... of them, of the current epoch (derived) */
+byte pd_ep[PCAP], pd_pos[PCAP], pd_inc[PCAP];
+byte npend = 0;      /* valid pd_ entries */
+byte npend_cur = 0;  /* ... of the current epoch (derived from the above) */
 
 /* ---- producer core (positions in records) ---- */
 byte p_rel, p_pub, p_com;
-byte p_base = 1;   /* next_sequence from the accept: the sequence at position 0 */
+byte p_inc = 0;    /* ghost: incarnation, + 1 when the producer restarts empty */
 bit  p_want, p_asked, p_dead;
 byte p_creq;       /* tail record's credit_requests counter */
 
 /* ---- consumer core ---- */
 byte c_cred, c_rel, c_del, c_head, c_mark;
-byte c_base = 1, c_exp = 1;  /* next_sequence announced; the next sequence to deliver */
 bit  c_asked;
-byte c_seen;       /* last credit_requests seen in a tail record */
+byte c_seen;       /* credit_requests_seen: last counter seen in a tail record */
 byte c_viol = 0;
-byte g_last = 0;   /* ghost: last sequence delivered, over all connections */
+byte g_last = 0;   /* ghost: last sequence delivered, over all epochs */
 
-/* A WRITE's bytes become visible in the ring. The rkey is checked: the ring is registered anew
- * for each connection, so a WRITE of an older epoch is refused and changes nothing. */
-inline place(e, pos, q) {
+/* A WRITE of the record at `pos` reaches the ring. The rkey is checked: resume re-keys the
+ * ring, so a WRITE of an older epoch is refused and changes nothing. */
+inline place(e, pos, inc) {
   if
   :: e == epoch ->
-       /* P3: the producer overwrites a slot only once the consumer released its previous record */
-       assert(pos < c_rel + N);
-       ring[pos % N] = q;
-       ring_ep[pos % N] = e
+       /* P3: only into space the consumer released (the slot's previous lap is released), and
+        * never over another record the consumer may still read, [released, mark) */
+       assert(pos < c_rel + N &&
+              (ring[pos % N] == 0 || ring[pos % N] - 1 < c_rel || ring[pos % N] - 1 >= c_mark ||
+               ring[pos % N] - 1 == pos));
+       ring[pos % N] = SEQ(pos);
+       ring_inc[pos % N] = inc
   :: else -> skip
   fi
 }
@@ -129,8 +148,8 @@ inline place_pending(k) {
       :: pd_ep[k] == epoch -> npend_cur--
       :: else -> skip
       fi;
-      place(pd_ep[k], pd_pos[k], pd_seq[k]);
-      pd_valid[k] = 0; pd_ep[k] = 0; pd_pos[k] = 0; pd_seq[k] = 0;
+      place(pd_ep[k], pd_pos[k], pd_inc[k]);
+      pd_valid[k] = 0; pd_ep[k] = 0; pd_pos[k] = 0; pd_inc[k] = 0;
       npend--
   }
 }
@@ -140,28 +159,28 @@ active proctype producer() {
 end:
   do
   :: atomic { /* claim + commit one record into staging */
-       up && !p_dead && written < MAXREC && p_com < p_rel + N -> p_com++; written++ }
+       up && !p_dead && p_com < MAXREC && p_com < p_rel + N -> p_com++ }
   :: atomic { /* claim refused for lack of space: ask for credit, one request outstanding */
-       up && !p_dead && written < MAXREC && p_com == p_rel + N && !p_asked && !p_want -> p_want = 1 }
-  :: atomic { /* take_batch(): post [published, committed) and the publish, in order, on one QP */
+       up && !p_dead && p_com < MAXREC && p_com == p_rel + N && !p_asked && !p_want -> p_want = 1 }
+  :: atomic { /* take_batch(): [published, committed) and the publish, in order, on one QP */
        up && !p_dead && (p_com > p_pub || p_want) && len(qp) + p_com - p_pub + 1 <= QCAP ->
        pos = p_pub;
        do
        :: (MODE == IMM && pos + 1 < p_com) || (MODE == TAIL && pos < p_com) ->
-            qp!WR(epoch, pos, p_base + pos, 0, 0); pos++
+            qp!WR(epoch, pos, p_inc, 0, 0); pos++
        :: else -> break
        od;
        if
-       :: MODE == IMM && p_com > p_pub -> /* the last segment is the WRITE_WITH_IMM itself */
-            qp!WIMM(epoch, pos, p_base + pos, p_com, p_want)
+       :: MODE == IMM && p_com > p_pub ->  /* the last segment is the WRITE_WITH_IMM itself */
+            qp!WIMM(epoch, pos, p_inc, p_com, p_want)
        :: MODE == IMM && p_com == p_pub -> /* zero-length: a credit request alone */
-            qp!WIMM(epoch, NONE, 0, p_com, p_want)
+            qp!WIMM(epoch, NONE, p_inc, p_com, p_want)
        :: MODE == TAIL ->
             if
             :: p_want -> p_creq++
             :: else -> skip
             fi;
-            qp!WTAIL(epoch, NONE, 0, p_com, p_creq)
+            qp!WTAIL(epoch, NONE, p_inc, p_com, p_creq)
        fi;
        if
        :: p_want -> p_want = 0; p_asked = 1
@@ -172,10 +191,10 @@ end:
   :: atomic { /* on_credit(): a credit record that would move released */
        up && !p_dead && cm_valid && (!CREDIT_EPOCH || cm_ep == epoch) && cm_rel > p_rel ->
        if
-       :: cm_rel > p_pub -> p_dead = 1   /* protocol violation (sticky) */
+       :: cm_rel > p_pub -> p_dead = 1   /* protocol violation */
        :: else ->
 #ifndef NO_P4
-            assert(cm_ep == epoch);      /* P4: a stale epoch never moves the producer's released */
+            assert(cm_ep == epoch);      /* P4 */
 #endif
             p_rel = cm_rel; p_asked = 0
        fi }
@@ -183,53 +202,53 @@ end:
 }
 
 active proctype fabric() {
-  byte e, pos, q, t, r, k;
+  byte e, pos, i, t, r, k;
 end:
   do
   :: atomic { /* the responder executes a payload WRITE */
        qp?[WR, _, _, _, _, _] && npend < PCAP ->
-       qp?WR(e, pos, q, t, r);
+       qp?WR(e, pos, i, t, r);
        if
        :: e != epoch -> skip                 /* stale rkey: refused */
-       :: e == epoch && !RELAXED -> place(e, pos, q)
-       :: e == epoch && RELAXED ->           /* placed later, in any order */
+       :: e == epoch && !RELAXED -> place(e, pos, i)
+       :: e == epoch && RELAXED ->           /* becomes visible later, in any order */
             k = 0;
             do
-            :: pd_valid[k] -> k++
+            :: k < PCAP - 1 && pd_valid[k] -> k++
             :: else -> break
             od;
-            pd_valid[k] = 1; pd_ep[k] = e; pd_pos[k] = pos; pd_seq[k] = q;
+            pd_valid[k] = 1; pd_ep[k] = e; pd_pos[k] = pos; pd_inc[k] = i;
             npend++; npend_cur++
        fi;
-       e = 0; pos = 0; q = 0; t = 0; r = 0; k = 0 }
-  :: atomic { /* WRITE_WITH_IMM: its receive completion is generated only once its own data and
-               * that of every earlier WRITE of the QP is placed (RC, publish-modes.md I3) */
+       e = 0; pos = 0; i = 0; t = 0; r = 0; k = 0 }
+  :: atomic { /* WRITE_WITH_IMM: the receive completion is generated only once its own data and
+               * that of every earlier WRITE of the QP is placed (RC; publish-modes.md I3) */
        qp?[WIMM, _, _, _, _, _] && npend_cur == 0 && nfull(cq) ->
-       qp?WIMM(e, pos, q, t, r);
+       qp?WIMM(e, pos, i, t, r);
        if
        :: e == epoch ->
             if
-            :: pos != NONE -> place(e, pos, q)
+            :: pos != NONE -> place(e, pos, i)
             :: else -> skip
             fi;
             cq!e, t, r
        :: else -> skip                       /* stale rkey: refused, no completion */
        fi;
-       e = 0; pos = 0; q = 0; t = 0; r = 0 }
-  :: atomic { /* tail-record WRITE: the tail MR is never relaxed, it is placed when executed,
-               * but a relaxed payload WRITE before it may still be unplaced */
+       e = 0; pos = 0; i = 0; t = 0; r = 0 }
+  :: atomic { /* tail-record WRITE: the tail MR is never relaxed, so it is placed when executed;
+               * a relaxed payload WRITE before it may still be unplaced */
        qp?[WTAIL, _, _, _, _, _] ->
-       qp?WTAIL(e, pos, q, t, r);
+       qp?WTAIL(e, pos, i, t, r);
        if
        :: e == epoch -> tm_valid = 1; tm_ep = e; tm_tail = t; tm_creq = r
        :: else -> skip
        fi;
-       e = 0; pos = 0; q = 0; t = 0; r = 0 }
+       e = 0; pos = 0; i = 0; t = 0; r = 0 }
   :: place_pending(0)
   :: place_pending(1)
   :: place_pending(2)
   :: place_pending(3)
-  :: atomic { /* the consumer's credit WRITE lands in the producer's credit MR */
+  :: atomic { /* a credit WRITE lands in the producer's credit MR */
        cr?e, t ->
        if
        :: e == epoch -> cm_valid = 1; cm_ep = e; cm_rel = t
@@ -252,7 +271,7 @@ end:
        :: e != epoch -> c_viol = V_EPOCH
        :: e == epoch && (t < c_mark || t - c_cred > N) -> c_viol = V_RANGE
        :: else ->
-            assert(e == epoch);   /* P4: a stale epoch never moves the publish mark */
+            assert(e == epoch);   /* P4 */
             c_mark = t;
             if
             :: r -> c_asked = 1
@@ -262,12 +281,13 @@ end:
        e = 0; t = 0; r = 0 }
 #else
   :: atomic { /* on_tail(): poll the tail MR; a record of another epoch is ignored */
-       c_viol == 0 && tm_valid && (!TAIL_EPOCH || tm_ep == epoch) && (tm_tail > c_mark || tm_creq != c_seen) ->
+       c_viol == 0 && tm_valid && (!TAIL_EPOCH || tm_ep == epoch) &&
+       (tm_tail > c_mark || tm_creq != c_seen) ->
        if
        :: tm_tail < c_cred || tm_tail - c_cred > N -> c_viol = V_RANGE
        :: else ->
 #ifndef NO_P4
-            assert(tm_ep == epoch);   /* P4: a stale epoch never moves the publish mark */
+            assert(tm_ep == epoch);   /* P4 */
 #endif
             if
             :: tm_tail > c_mark -> c_mark = tm_tail
@@ -283,21 +303,21 @@ end:
        c_viol == 0 && c_head < c_mark ->
        s = c_head % N;
        if
-       :: CHECK && ring[s] != c_exp ->
-            /* P5: under the mode's guarantee a record below the mark is always complete */
-            assert(NOTREADY_OK);
+       :: CHECK && ring[s] != SEQ(c_head) ->
+            /* P5: under the mode's guarantee a record below the mark is complete */
+            assert(NOTREADY_OK || ring[s] == SEQ(c_head));
             if
-            :: MODE == IMM -> c_viol = V_CHECK            /* at once */
-            :: MODE == TAIL -> skip                       /* not ready: retry on a later poll */
-            :: MODE == TAIL -> c_viol = V_GRACE           /* ordering_grace ran out */
+            :: MODE == IMM -> c_viol = V_CHECK   /* at once */
+            :: MODE == TAIL -> skip              /* not ready: retried at a later poll */
+            :: MODE == TAIL -> c_viol = V_GRACE  /* ordering_grace ran out */
             fi
        :: else ->
-            /* P1: the slot holds exactly the expected record, placed by this connection */
-            assert(ring[s] == c_exp && ring_ep[s] == epoch);
-            /* P2: in order, never twice, over all connections */
+            /* P1: the slot holds the expected record, placed, as the current producer sent it */
+            assert(ring[s] == SEQ(c_head) && ring_inc[s] == p_inc);
+            /* P2: in order, never twice, over all epochs */
             assert(ring[s] > g_last);
             g_last = ring[s];
-            c_head++; c_del = c_head; c_exp++
+            c_head++; c_del = c_head
        fi;
        s = 0 }
   :: atomic { /* the application releases the oldest delivered record */
@@ -308,45 +328,46 @@ end:
   od
 }
 
-/* Drops and reconnects. The choice at the start keeps runs without a drop, so the watchdog
- * can see a stall (a drop would otherwise always be possible, and hide it). */
+/* Drops and resumes. The choice at the start keeps runs that never drop, so that the
+ * watchdog can see a stall: a drop that is always possible would hide it. */
 active proctype connection() {
-  byte e, t, nseq;
+  byte e, t;
   bit r;
   if
-  :: goto done     /* this run never drops */
-  :: MAXDROP > 0   /* this run drops (at some point) */
+  :: goto done      /* this run never drops */
+  :: MAXDROP > 0    /* this run drops */
   fi;
 end:
   do
   :: atomic { up && drops < MAXDROP -> up = 0; drops++ }
   :: atomic {
-       /* a new connection on the same ring, once the application released what it holds */
-       !up && c_rel == c_del && c_viol == 0 ->
+       !up ->
+       /* ConsumerCore::begin_epoch(epoch + 1): forget what was published but not read, the
+        * producer sends it again; what is being consumed stays so until released. The ring,
+        * tail MR and credit MR are re-keyed: a WRITE still in flight from the old epoch is
+        * refused. Their contents stay: an old tail or credit record is still in its MR. */
        epoch++; up = 1;
-       npend_cur = 0;   /* every pending WRITE is now of an old epoch */
+       npend_cur = 0;
+       c_mark = c_head; c_cred = c_rel; c_asked = 0; c_viol = 0;
+       /* ResumePoint {epoch, position = head, released, next_sequence = SEQ(head)}, which the
+        * producer MUST accept (P7) */
+       assert(c_rel <= c_head && p_rel <= c_head && c_head <= p_pub);
        if
-       :: RESEQ -> nseq = c_base + c_cred + N
-       :: else -> nseq = c_exp
+       :: /* ProducerCore::resume(): keeps its staging, sends [head, committed) again */
+          if
+          :: c_rel > p_rel -> p_rel = c_rel
+          :: else -> skip
+          fi;
+          p_pub = c_head
+       :: RESTART ->
+          /* the producer process died: a new one starts empty at the resume point, and its
+           * application sends new records from there (same positions, same sequences) */
+          p_inc++;
+          p_rel = c_rel; p_pub = c_head; p_com = c_head; p_creq = 0
        fi;
-       c_base = nseq; c_exp = nseq;
-       c_head = 0; c_del = 0; c_rel = 0; c_cred = 0; c_mark = 0; c_asked = 0; c_seen = 0;
-       p_base = nseq;
-       p_rel = 0; p_pub = 0; p_com = 0; p_want = 0; p_asked = 0; p_dead = 0; p_creq = 0;
-       /* the producer's credit MR is zeroed, or the old connection's last credit record is
-        * still in it (a replayed control message of the old epoch) */
-       if
-       :: cm_valid = 0; cm_ep = 0; cm_rel = 0
-       :: cm_valid -> skip
-       fi;
-#if MODE == TAIL
-       /* the tail MR is zeroed, or an old-epoch tail record turns up in it */
-       if
-       :: tm_valid = 0; tm_ep = 0; tm_tail = 0; tm_creq = 0
-       :: tm_valid -> skip
-       fi;
-#else
-       /* the new connection's CQ starts empty, or an old completion is polled on it */
+       p_want = 0; p_asked = 0; p_dead = 0;
+#if MODE == IMM
+       /* the new connection's CQ starts empty, or an old completion is still polled on it */
        if
        :: do
           :: cq?e, t, r
@@ -355,16 +376,16 @@ end:
        :: nempty(cq) -> skip
        fi;
 #endif
-       nseq = 0; e = 0; t = 0; r = 0 }
+       e = 0; t = 0; r = 0 }
   :: drops == MAXDROP && up -> break
   od;
 done:
   skip
 }
 
-/* When nothing can move any more: unless a side failed, every record was committed and
- * delivered (no credit deadlock, publish-modes.md §6.2). */
+/* P6: when nothing can move any more, unless a side failed, every position was committed,
+ * published and delivered (no credit deadlock, publish-modes.md §6.2). */
 active proctype watchdog() {
   timeout ->
-    assert(c_viol != 0 || p_dead || (written == MAXREC && p_pub == p_com && c_head == p_com))
+    assert(c_viol != 0 || p_dead || (p_com == MAXREC && p_pub == p_com && c_head == p_com))
 }

@@ -41,11 +41,20 @@ Result<void> ConsumerOptions::validate() const {
   return success();
 }
 
+// The verbs objects of one producer connection (one epoch). Replaced whole on resume.
+struct Link {
+  verbs::EventChannel channel;  // this connection's own events (DISCONNECTED), apart from the listener's
+  verbs::CmId id;
+  std::optional<verbs::QueuePair> qp;
+  wire::ConnectData producer;
+  bool connected = false;
+};
+
 struct Consumer::Connection {
   ConsumerOptions options;
   verbs::EventChannel channel;
   verbs::CmId listener{channel};
-  std::optional<verbs::CmId> id;
+  // Ring-level objects live across connections; the PD outlives every link's QP.
   std::optional<verbs::ProtectionDomain> pd;
   std::optional<verbs::CompletionQueue> cq;
   std::optional<verbs::SharedReceiveQueue> srq;
@@ -53,22 +62,99 @@ struct Consumer::Connection {
   std::optional<verbs::MemoryRegion> ring_mr;
   verbs::AlignedBuffer tail_buf{4096};
   std::optional<verbs::MemoryRegion> tail_mr;
-  std::optional<verbs::QueuePair> qp;
   std::optional<ConsumerCore> core;
+  std::unique_ptr<Link> link;
   std::vector<ibv_recv_wr> recv_chain;
   std::uint32_t recv_owed = 0;  // receives consumed, not yet re-posted
-  wire::ConnectData producer;
-  bool connected = false;
+  std::uint32_t polls_since_cm_check = 0;
   std::uint64_t recv_completions = 0;
   std::uint64_t recv_posts = 0;
   std::uint64_t post_send_calls = 0;
+  std::uint64_t resumes = 0;
+  std::uint64_t refused_requests = 0;
+  std::uint64_t stale_completions = 0;
 
   Result<void> post_receives(std::uint32_t n) {
     for (std::uint32_t i = 0; i < n; ++i) recv_chain[i].next = i + 1 < n ? &recv_chain[i + 1] : nullptr;
     ++recv_posts;
     return srq->post_recv(recv_chain[0]);
   }
+
+  void setup_ring(const verbs::Context& ctx);
+  void register_ring();
+  void admit(verbs::ConnectRequest request, const wire::ConnectData& hello, const ResumePoint& at);
+  Result<void> check_cm();
 };
+
+void Consumer::Connection::setup_ring(const verbs::Context& ctx) {
+  const ConsumerOptions& o = options;
+  pd.emplace(ctx);
+  cq.emplace(ctx, static_cast<int>(o.core.sq_depth + o.recv_depth));
+  ring.emplace(o.ring_bytes);
+  if (o.mode == wire::PublishMode::imm) {
+    srq.emplace(*pd, o.recv_depth);
+    recv_chain.assign(o.recv_depth, ibv_recv_wr{});
+    for (auto& wr : recv_chain) wr.wr_id = kRecvWrId;  // no scatter list: an immediate carries no payload
+    if (auto r = post_receives(o.recv_depth); !r) throw SetupError(r.error());
+  }
+  register_ring();
+  const auto geometry = RingGeometry::make(o.ring_bytes, o.max_record).value();
+  core.emplace(ring->bytes(), geometry, o.mode, 1, 0, o.core);
+}
+
+// (Re-)registers the ring and tail MRs. Re-registration is what revokes the old rkeys at a
+// resume: a write still carrying one fails with a remote access error and places no byte.
+void Consumer::Connection::register_ring() {
+  int ring_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  if (options.relaxed_ordering) ring_access |= IBV_ACCESS_RELAXED_ORDERING;
+  ring_mr.reset();
+  ring_mr.emplace(*pd, ring->data(), ring->size(), ring_access, options.on_demand_paging);
+  if (options.mode == wire::PublishMode::tail) {
+    tail_mr.reset();
+    std::fill(tail_buf.bytes().begin(), tail_buf.bytes().end(), std::byte{0});
+    tail_mr.emplace(*pd, tail_buf.data(), tail_buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  }
+}
+
+void Consumer::Connection::admit(verbs::ConnectRequest request, const wire::ConnectData& hello, const ResumePoint& at) {
+  const ConsumerOptions& o = options;
+  auto l = std::make_unique<Link>(Link{verbs::EventChannel{}, std::move(request.id), {}, hello, false});
+  l->id.migrate(l->channel);
+  verbs::QueuePairCaps caps;
+  caps.max_send_wr = o.core.sq_depth;
+  caps.max_recv_wr = 1;
+  caps.max_inline_data = wire::kCreditRecordSize;
+  l->qp.emplace(l->id, *pd, *cq, *cq, caps, srq ? &*srq : nullptr);
+  if (l->qp->max_inline_data() < wire::kCreditRecordSize)
+    throw SetupError(make_error(errc::bad_config, l->qp->describe() + ": device grants " +
+                                                      std::to_string(l->qp->max_inline_data()) +
+                                                      " B of inline data, the credit record needs " +
+                                                      std::to_string(wire::kCreditRecordSize)));
+  wire::AcceptData a;
+  a.mode = o.mode;
+  a.flags = o.relaxed_ordering ? wire::kAcceptRelaxedOrdering : 0;
+  a.ring_addr = reinterpret_cast<std::uintptr_t>(ring->data());
+  a.ring_rkey = ring_mr->rkey();
+  a.max_record = o.max_record;
+  a.ring_bytes = o.ring_bytes;
+  if (tail_mr) {
+    a.tail_addr = reinterpret_cast<std::uintptr_t>(tail_buf.data());
+    a.tail_rkey = tail_mr->rkey();
+  }
+  a.epoch = at.epoch;
+  a.next_sequence = at.next_sequence;
+  a.position = at.position;
+  a.released = at.released;
+  const auto reply = wire::encode(a);
+  rdma_conn_param param{};
+  param.private_data = reply.data();
+  param.private_data_len = static_cast<std::uint8_t>(reply.size());
+  param.retry_count = 7;
+  param.rnr_retry_count = 7;
+  l->id.accept(param, o.accept_timeout);
+  l->connected = true;
+  link = std::move(l);
+}
 
 Consumer Consumer::listen(const ConsumerOptions& options) {
   if (auto ok = options.validate(); !ok) throw SetupError(ok.error());
@@ -87,86 +173,74 @@ std::uint16_t Consumer::port() const { return c_->listener.local_port(); }
 
 void Consumer::accept() {
   Connection& c = *c_;
-  const ConsumerOptions& o = c.options;
-  // One connection per Consumer: its ring, tail MR and epoch belong to that producer alone.
-  if (c.id) throw SetupError(make_error(errc::invalid_argument, "accept(): this Consumer already accepted its producer"));
-  auto request = c.listener.next_request(o.accept_timeout);
+  // One producer per Consumer: its ring, tail MR and epochs belong to that producer alone.
+  if (c.core) throw SetupError(make_error(errc::invalid_argument, "accept(): this Consumer already accepted its producer"));
+  auto request = c.listener.next_request(c.options.accept_timeout);
   const auto hello = wire::decode_connect_data(request.private_data);
-  if (!hello)
-    throw SetupError(make_error(errc::protocol_violation,
-                                request.id.describe() + ": connect request is not rdmaring v" + std::to_string(wire::kVersion)));
-  c.producer = *hello;
-  c.id.emplace(std::move(request.id));
-  const verbs::Context ctx = c.id->context();
-  c.pd.emplace(ctx);
-  c.cq.emplace(ctx, static_cast<int>(o.core.sq_depth + o.recv_depth));
+  if (!hello || (hello->flags & wire::kConnectResume))
+    throw SetupError(make_error(errc::protocol_violation, request.id.describe() + ": connect request is not a new rdmaring v" +
+                                                              std::to_string(wire::kVersion) + " producer"));
+  c.setup_ring(request.id.context());
+  c.admit(std::move(request), *hello, ResumePoint{});
+}
 
-  int ring_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-  if (o.relaxed_ordering) ring_access |= IBV_ACCESS_RELAXED_ORDERING;
-  c.ring.emplace(o.ring_bytes);
-  c.ring_mr.emplace(*c.pd, c.ring->data(), c.ring->size(), ring_access, o.on_demand_paging);
-
-  verbs::QueuePairCaps caps;
-  caps.max_send_wr = o.core.sq_depth;
-  caps.max_recv_wr = 1;
-  caps.max_inline_data = wire::kCreditRecordSize;
-  if (o.mode == wire::PublishMode::imm) {
-    c.srq.emplace(*c.pd, o.recv_depth);
-    c.recv_chain.assign(o.recv_depth, ibv_recv_wr{});
-    for (auto& wr : c.recv_chain) wr.wr_id = kRecvWrId;  // no scatter list: an immediate carries no payload
-  } else {
-    c.tail_mr.emplace(*c.pd, c.tail_buf.data(), c.tail_buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+// Connection events, checked every so many polls (each check is a system call): a producer
+// resuming after its QP died, and the disconnect of the current one.
+Result<void> Consumer::Connection::check_cm() {
+  polls_since_cm_check = 0;
+  if (link && link->connected) {
+    for (;;) {
+      auto event = verbs::next_event(link->channel.get(), std::chrono::milliseconds(0));
+      if (!event) break;
+      if (event.value().type() == RDMA_CM_EVENT_DISCONNECTED) link->connected = false;
+    }
   }
-  c.qp.emplace(*c.id, *c.pd, *c.cq, *c.cq, caps, c.srq ? &*c.srq : nullptr);
-  if (c.qp->max_inline_data() < wire::kCreditRecordSize)
-    throw SetupError(make_error(errc::bad_config, c.qp->describe() + ": device grants " +
-                                                      std::to_string(c.qp->max_inline_data()) +
-                                                      " B of inline data, the credit record needs " +
-                                                      std::to_string(wire::kCreditRecordSize)));
-  if (c.srq)
-    if (auto r = c.post_receives(o.recv_depth); !r) throw SetupError(r.error());
-
-  const auto geometry = RingGeometry::make(o.ring_bytes, o.max_record).value();
-  const std::uint64_t epoch = 1;
-  c.core.emplace(c.ring->bytes(), geometry, o.mode, epoch, 0, o.core);
-
-  wire::AcceptData a;
-  a.mode = o.mode;
-  a.flags = o.relaxed_ordering ? wire::kAcceptRelaxedOrdering : 0;
-  a.ring_addr = reinterpret_cast<std::uintptr_t>(c.ring->data());
-  a.ring_rkey = c.ring_mr->rkey();
-  a.max_record = o.max_record;
-  a.ring_bytes = o.ring_bytes;
-  if (c.tail_mr) {
-    a.tail_addr = reinterpret_cast<std::uintptr_t>(c.tail_buf.data());
-    a.tail_rkey = c.tail_mr->rkey();
+  BOOST_OUTCOME_TRY(request, listener.poll_request());
+  if (!request) return success();
+  const auto hello = wire::decode_connect_data(request->private_data);
+  // Only a resume of the current epoch is admitted: a new producer, or a replayed request from an
+  // older epoch, is refused (destroying the request's id rejects it).
+  if (!hello || !(hello->flags & wire::kConnectResume) || hello->epoch != core->epoch()) {
+    ++refused_requests;
+    return success();
   }
-  a.epoch = epoch;
-  a.next_sequence = 0;
-  const auto reply = wire::encode(a);
-  rdma_conn_param param{};
-  param.private_data = reply.data();
-  param.private_data_len = static_cast<std::uint8_t>(reply.size());
-  param.retry_count = 7;
-  param.rnr_retry_count = 7;
-  c.id->accept(param, o.accept_timeout);
-  c.connected = true;
+  link.reset();  // the old QP goes first: nothing of the old epoch is placed after this
+  register_ring();
+  BOOST_OUTCOME_TRY(at, core->begin_epoch(core->epoch() + 1));
+  try {
+    admit(std::move(*request), *hello, at);
+  } catch (const SetupError& e) {
+    return e.error();
+  }
+  ++resumes;
+  return success();
 }
 
 Result<void> Consumer::progress() {
   Connection& c = *c_;
+  if (++c.polls_since_cm_check >= (c.link && c.link->connected ? 1024u : 16u)) {
+    BOOST_OUTCOME_TRYV(c.check_cm());
+  }
   std::array<ibv_wc, 32> wcs;
   BOOST_OUTCOME_TRY(n, c.cq->poll(wcs));
+  const std::uint32_t qp_num = c.link ? c.link->qp->qp_num() : 0;
   for (std::size_t i = 0; i < n; ++i) {
     const ibv_wc& wc = wcs[i];
+    if (wc.wr_id == kRecvWrId) {
+      // A receive is consumed whichever QP it completed for: the SRQ needs it back.
+      ++c.recv_completions;
+      ++c.recv_owed;
+    }
+    if (wc.qp_num != qp_num) {
+      ++c.stale_completions;  // from a connection of an earlier epoch
+      continue;
+    }
     if (wc.status == IBV_WC_WR_FLUSH_ERR) {
       // The QP was moved to error (the producer left): what is published stays deliverable.
-      c.connected = false;
+      c.link->connected = false;
       continue;
     }
     if (wc.wr_id == kRecvWrId) {
-      ++c.recv_completions;
-      ++c.recv_owed;
       if (wc.status != IBV_WC_SUCCESS) {
         c.core->on_receive_failed(wc.status);
         continue;
@@ -176,7 +250,7 @@ Result<void> Consumer::progress() {
       c.core->on_completion(wc.wr_id, wc.status == IBV_WC_SUCCESS, wc.status);
     }
   }
-  if (c.srq && c.connected && c.recv_owed >= kRecvRepostBatch) {
+  if (c.srq && c.recv_owed >= kRecvRepostBatch) {
     BOOST_OUTCOME_TRYV(c.post_receives(c.recv_owed));
     c.recv_owed = 0;
   }
@@ -191,10 +265,11 @@ Result<void> Consumer::progress() {
 
 Result<void> Consumer::return_credit() {
   Connection& c = *c_;
-  if (!c.connected) return success();
+  if (!c.link || !c.link->connected) return success();
   while (auto w = c.core->take_credit()) {
     ++c.post_send_calls;
-    BOOST_OUTCOME_TRYV(post_inline_write(*c.qp, w->bytes, c.producer.credit_addr, c.producer.credit_rkey, w->slot));
+    BOOST_OUTCOME_TRYV(
+        post_inline_write(*c.link->qp, w->bytes, c.link->producer.credit_addr, c.link->producer.credit_rkey, w->slot));
   }
   return success();
 }
@@ -238,17 +313,14 @@ Result<void> Consumer::release(const DeliveredRecord& last) {
 
 bool Consumer::connected() {
   Connection& c = *c_;
-  while (c.connected) {
-    auto event = c.channel.next(std::chrono::milliseconds(0));
-    if (!event) break;
-    if (event.value().type() == RDMA_CM_EVENT_DISCONNECTED) c.connected = false;
-  }
-  return c.connected;
+  if (auto r = c.check_cm(); !r) return false;
+  return c.link && c.link->connected;
 }
 
 ConsumerStats Consumer::stats() const {
   const Connection& c = *c_;
-  return ConsumerStats{c.core->counters(), c.recv_completions, c.recv_posts, c.post_send_calls, c.core->ledger()};
+  return ConsumerStats{c.core->counters(), c.recv_completions, c.recv_posts, c.post_send_calls, c.resumes,
+                       c.refused_requests, c.stale_completions, c.core->ledger()};
 }
 
 std::string Consumer::ledger_dump() const { return to_string(c_->core->ledger()); }

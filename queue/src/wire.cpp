@@ -106,6 +106,8 @@ std::array<std::byte, kConnectDataSize> encode(const ConnectData& c) noexcept {
   put(std::span{out}, 4, static_cast<std::uint16_t>(kVersion));
   put(std::span{out}, 8, c.credit_addr);
   put(std::span{out}, 16, c.credit_rkey);
+  put(std::span{out}, 6, c.flags);
+  put(std::span{out}, 24, c.epoch);
   return out;
 }
 
@@ -113,8 +115,9 @@ std::optional<ConnectData> decode_connect_data(std::span<const std::byte> in) no
   // rdma_cm may hand over more bytes than were sent (zero-padded): only the prefix counts.
   if (in.size() < kConnectDataSize) return std::nullopt;
   if (get<std::uint32_t>(in, 0) != kMagic || get<std::uint16_t>(in, 4) != kVersion) return std::nullopt;
-  if (get<std::uint16_t>(in, 6) != 0 || get<std::uint32_t>(in, 20) != 0) return std::nullopt;
-  return ConnectData{get<std::uint64_t>(in, 8), get<std::uint32_t>(in, 16)};
+  const auto flags = get<std::uint16_t>(in, 6);
+  if ((flags & ~kConnectResume) != 0 || get<std::uint32_t>(in, 20) != 0) return std::nullopt;
+  return ConnectData{get<std::uint64_t>(in, 8), get<std::uint32_t>(in, 16), flags, get<std::uint64_t>(in, 24)};
 }
 
 std::array<std::byte, kAcceptDataSize> encode(const AcceptData& a) noexcept {
@@ -132,6 +135,8 @@ std::array<std::byte, kAcceptDataSize> encode(const AcceptData& a) noexcept {
   put(o, 40, a.tail_rkey);
   put(o, 48, a.epoch);
   put(o, 56, a.next_sequence);
+  put(o, 64, a.position);
+  put(o, 72, a.released);
   return out;
 }
 
@@ -153,6 +158,9 @@ std::optional<AcceptData> decode_accept_data(std::span<const std::byte> in) noex
   a.tail_rkey = get<std::uint32_t>(in, 40);
   a.epoch = get<std::uint64_t>(in, 48);
   a.next_sequence = get<std::uint64_t>(in, 56);
+  a.position = get<std::uint64_t>(in, 64);
+  a.released = get<std::uint64_t>(in, 72);
+  if (a.released > a.position || a.position % kRecordAlign != 0 || a.released % kRecordAlign != 0) return std::nullopt;
   return a;
 }
 

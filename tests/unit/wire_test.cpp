@@ -76,9 +76,11 @@ TEST_CASE("tail and credit records round-trip and detect tearing", "[wire]") {
 }
 
 TEST_CASE("connect and accept private data round-trip and reject foreign bytes", "[wire]") {
-  const auto cd = wire::encode(wire::ConnectData{0x7f0000001000, 0x1234});
+  const auto cd = wire::encode(wire::ConnectData{0x7f0000001000, 0x1234, wire::kConnectResume, 9});
   auto d = wire::decode_connect_data(cd);
   REQUIRE(d);
+  CHECK(d->flags == wire::kConnectResume);
+  CHECK(d->epoch == 9);
   CHECK(d->credit_addr == 0x7f0000001000);
   CHECK(d->credit_rkey == 0x1234);
   CHECK_FALSE(wire::decode_connect_data(std::span{cd}.first(10)));
@@ -93,6 +95,8 @@ TEST_CASE("connect and accept private data round-trip and reject foreign bytes",
   a.tail_rkey = 6;
   a.epoch = 7;
   a.next_sequence = 8;
+  a.position = 640;
+  a.released = 128;
   auto ab = wire::encode(a);
   auto da = wire::decode_accept_data(ab);
   REQUIRE(da);
@@ -100,6 +104,8 @@ TEST_CASE("connect and accept private data round-trip and reject foreign bytes",
   CHECK(da->ring_bytes == 4096);
   CHECK(da->tail_rkey == 6);
   CHECK(da->next_sequence == 8);
+  CHECK(da->position == 640);
+  CHECK(da->released == 128);
   ab[6] = std::byte{9};  // unknown mode
   CHECK_FALSE(wire::decode_accept_data(ab));
 }

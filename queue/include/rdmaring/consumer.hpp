@@ -42,6 +42,9 @@ struct ConsumerStats {
   std::uint64_t recv_completions = 0;
   std::uint64_t recv_posts = 0;  // ibv_post_recv calls
   std::uint64_t post_send_calls = 0;
+  std::uint64_t resumes = 0;            // producer reconnections admitted (each a new epoch and rkey)
+  std::uint64_t refused_requests = 0;   // connect requests refused: not a resume of the current epoch
+  std::uint64_t stale_completions = 0;  // completions of an earlier epoch's QP, ignored
   ConsumerLedger ledger;
 };
 
@@ -66,8 +69,10 @@ class Consumer {
   Result<std::size_t> poll_batch(std::span<DeliveredRecord> out);
   Result<void> release(const DeliveredRecord& last);
 
-  // False once the producer disconnected (or its QP failed). Records published before that
-  // remain deliverable.
+  // False once the producer disconnected (or its QP failed) and has not resumed. Records
+  // published before that remain deliverable. A producer whose connection died reconnects with
+  // a resume request; poll() admits it for the current epoch only, re-registers the ring (the
+  // old rkey stops working) and hands it the point to continue from.
   bool connected();
 
   ConsumerStats stats() const;

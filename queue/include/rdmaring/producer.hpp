@@ -30,6 +30,8 @@ struct ProducerStats {
   ProducerCounters core;
   std::uint64_t post_send_calls = 0;
   std::uint64_t completions = 0;  // signaled send completions polled
+  std::uint64_t stale_completions = 0;  // completions of a replaced connection, ignored
+  std::uint64_t recoveries = 0;
   ProducerLedger ledger;
 };
 
@@ -61,6 +63,14 @@ class Producer {
   Result<void> drain(std::chrono::nanoseconds timeout);
   // drain(), then disconnect.
   Result<void> close(std::chrono::nanoseconds timeout);
+
+  // After the connection failed (any call returned completion_error or peer_gone): connects
+  // again and resumes in the consumer's next epoch. Every record not yet delivered goes out
+  // again from staging, unchanged; the consumer reads from exactly the record after its last
+  // delivery, so each record is delivered once, in order. Returns where it resumed.
+  // Errors: as set-up (timed_out, verbs_failure: the consumer is not there), stale_epoch /
+  // protocol_violation when the consumer refuses or answers inconsistently.
+  Result<ResumePoint> recover();
 
   // Fault injection: moves the QP to the error state, as a dead link would.
   Result<void> force_error();

@@ -113,12 +113,16 @@ inline constexpr std::uint32_t kMagic = 0x474e5252;  // "RRNG"
 enum class PublishMode : std::uint8_t { imm = 1, tail = 2 };
 
 // Producer -> consumer, in the connect request (RC private data is at most 56 bytes).
-// Layout: [0,4) magic, [4,6) version, [6,8) reserved, [8,16) credit_addr, [16,20) credit_rkey,
-// [20,24) reserved.
-inline constexpr std::size_t kConnectDataSize = 24;
+// Layout: [0,4) magic, [4,6) version, [6,8) flags (bit 0: resume), [8,16) credit_addr,
+// [16,20) credit_rkey, [20,24) reserved, [24,32) epoch (resume: the epoch the producer was in;
+// anything but the consumer's current epoch is refused, so a replayed request cannot resume).
+inline constexpr std::size_t kConnectDataSize = 32;
+inline constexpr std::uint16_t kConnectResume = 1;
 struct ConnectData {
   std::uint64_t credit_addr = 0;
   std::uint32_t credit_rkey = 0;
+  std::uint16_t flags = 0;
+  std::uint64_t epoch = 0;
 };
 std::array<std::byte, kConnectDataSize> encode(const ConnectData& c) noexcept;
 std::optional<ConnectData> decode_connect_data(std::span<const std::byte> in) noexcept;
@@ -126,8 +130,9 @@ std::optional<ConnectData> decode_connect_data(std::span<const std::byte> in) no
 // Consumer -> producer, in the accept (at most 196 bytes).
 // Layout: [0,4) magic, [4,6) version, [6,7) mode, [7,8) flags (bit 0: payload MR uses relaxed
 // ordering), [8,16) ring_addr, [16,20) ring_rkey, [20,24) max_record, [24,32) ring_bytes,
-// [32,40) tail_addr, [40,44) tail_rkey, [44,48) reserved, [48,56) epoch, [56,64) next_sequence.
-inline constexpr std::size_t kAcceptDataSize = 64;
+// [32,40) tail_addr, [40,44) tail_rkey, [44,48) reserved, [48,56) epoch, [56,64) next_sequence,
+// [64,72) position, [72,80) released: the ResumePoint the producer continues from.
+inline constexpr std::size_t kAcceptDataSize = 80;
 inline constexpr std::uint8_t kAcceptRelaxedOrdering = 1;
 struct AcceptData {
   PublishMode mode = PublishMode::imm;
@@ -139,7 +144,9 @@ struct AcceptData {
   std::uint64_t tail_addr = 0;   // mode tail only
   std::uint32_t tail_rkey = 0;   // mode tail only
   std::uint64_t epoch = 0;
-  std::uint64_t next_sequence = 0;  // the first sequence the consumer will deliver
+  std::uint64_t next_sequence = 0;  // the sequence of the record at `position`
+  std::uint64_t position = 0;       // the consumer's read head
+  std::uint64_t released = 0;       // the producer may write below this
 };
 std::array<std::byte, kAcceptDataSize> encode(const AcceptData& a) noexcept;
 std::optional<AcceptData> decode_accept_data(std::span<const std::byte> in) noexcept;

@@ -102,6 +102,23 @@ ConnectRequest CmId::next_request(milliseconds timeout) {
   return ConnectRequest{std::move(*adopted), std::move(private_data)};
 }
 
+Result<std::optional<ConnectRequest>> CmId::poll_request() {
+  std::optional<CmId> adopted;  // destroyed after the event, as in next_request()
+  auto event = next_event(id_->channel, milliseconds(0));
+  if (!event) {
+    if (event.error() == errc::timed_out) return std::optional<ConnectRequest>{};
+    return std::move(event).error();
+  }
+  if (event.value().type() != RDMA_CM_EVENT_CONNECT_REQUEST) return std::optional<ConnectRequest>{};
+  adopted.emplace(CmId(event.value().id()));
+  std::vector<std::byte> private_data = event.value().copy_private_data();
+  return std::optional<ConnectRequest>{ConnectRequest{std::move(*adopted), std::move(private_data)}};
+}
+
+void CmId::migrate(const EventChannel& channel) {
+  if (rdma_migrate_id(id_.get(), channel.get()) != 0) throw_verbs("rdma_migrate_id", describe(), errno);
+}
+
 std::vector<std::byte> CmId::connect(const rdma_conn_param& param, milliseconds timeout) {
   rdma_conn_param p = param;
   if (rdma_connect(id_.get(), &p) != 0) throw_verbs("rdma_connect", describe(), errno);

@@ -16,6 +16,8 @@ std::string describe_channel(const rdma_event_channel* channel) {
   return "event channel fd " + std::to_string(channel->fd);
 }
 
+}  // namespace
+
 Result<CmEvent> next_event(rdma_event_channel* channel, milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
@@ -37,8 +39,6 @@ Result<CmEvent> next_event(rdma_event_channel* channel, milliseconds timeout) {
     }
   }
 }
-
-}  // namespace
 
 std::span<const std::byte> CmEvent::private_data() const noexcept {
   const rdma_conn_param& conn = event_->param.conn;

@@ -7,6 +7,7 @@
 // REJECTED" rather than a hang.
 #pragma once
 
+#include "rdmaring/error.hpp"
 #include "rdmaring/verbs/context.hpp"
 
 #include <rdma/rdma_cma.h>
@@ -15,6 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +63,15 @@ class CmId {
   // Assumes: bind_and_listen() succeeded.
   // Throws: SetupError as expect_event does.
   ConnectRequest next_request(std::chrono::milliseconds timeout);
+
+  // Server: the next CONNECT_REQUEST on this listening id if one is already waiting; never
+  // blocks. Errors: verbs_failure with the errno of rdma_get_cm_event.
+  Result<std::optional<ConnectRequest>> poll_request();
+
+  // Moves this id's events to `channel` (rdma_migrate_id), so that a connection's own events
+  // (ESTABLISHED, DISCONNECTED) never reach whoever waits on the listener's channel.
+  // Throws: SetupError with the errno of rdma_migrate_id.
+  void migrate(const EventChannel& channel);
 
   // Client: connects with `param` (the QP created on this id carries the connection) and waits
   // for ESTABLISHED; returns the private data of the peer's accept (padded by IB/RoCE CM).

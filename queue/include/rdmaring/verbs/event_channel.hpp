@@ -69,6 +69,11 @@ class EventChannel {
   std::unique_ptr<rdma_event_channel, Destroy> channel_;
 };
 
+// The next event on `channel` within `timeout` (0: only one already waiting).
+// Assumes: `channel` is non-blocking (it belongs to an EventChannel).
+// Returns: errc::timed_out; verbs_failure with the errno of rdma_get_cm_event or poll.
+Result<CmEvent> next_event(rdma_event_channel* channel, std::chrono::milliseconds timeout);
+
 // Set-up step: waits for `expected` about `id` (or, for CONNECT_REQUEST, about the listening
 // `id`) and returns it.
 // Assumes: `id` was created on an EventChannel (non-blocking), and nobody else is taking its
