@@ -1,12 +1,13 @@
 // zmq-baseline: the ZeroMQ PUSH/PULL over TCP baseline of bench/side-by-side.
 //
-//   zmq-baseline [--size BYTES] [--records N] [--seed S] [--hwm N] [--timeout SECONDS] [--json FILE]
+//   zmq-baseline [--size BYTES] [--records N] [--seed S] [--hwm N] [--timeout SECONDS] [--json FILE] [--no-fill]
 //
 // Two processes on one host: the child PULLs (bound to tcp://127.0.0.1, ephemeral port), the
 // parent PUSHes --records fixed-size records. The records are rdmaring-bench's (bench_records.hpp):
 // the pusher fills every byte, the puller checks the length and every byte, so both benchmarks
 // do the same work per record. The pusher times from its first send until the puller reports
 // the last record received and checked; records/s and MB/s (10^6 B/s) come from that span.
+// --no-fill (as rdmaring-bench's): the bytes are left as they are, the puller checks the length.
 // Prints one line of key=value (`zmq records=... records_per_s=... mb_per_s=...`); exit 0 when
 // every record arrived intact.
 #include <sys/wait.h>
@@ -38,11 +39,12 @@ struct Options {
   int hwm = 1000;
   double timeout_s = 120;
   std::string json;
+  bool no_fill = false;  // records are neither filled nor checked byte for byte
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "zmq-baseline: " << why << "\n"
-            << "usage: zmq-baseline [--size BYTES] [--records N] [--seed S] [--hwm N] [--timeout SECONDS] [--json FILE]\n";
+            << "usage: zmq-baseline [--size BYTES] [--records N] [--seed S] [--hwm N] [--timeout SECONDS] [--json FILE] [--no-fill]\n";
   std::exit(2);
 }
 
@@ -60,6 +62,7 @@ Options parse(int argc, char** argv) {
     else if (k == "--hwm") o.hwm = std::stoi(next());
     else if (k == "--timeout") o.timeout_s = std::stod(next());
     else if (k == "--json") o.json = next();
+    else if (k == "--no-fill") o.no_fill = true;
     else usage("unknown option " + k);
   }
   if (o.records == 0) usage("--records must be positive");
@@ -102,8 +105,8 @@ int pull(const Options& o, int report_fd) {
       break;
     }
     if (k == 0) first = Clock::now();
-    rdmaring::bench::fill(o.seed, k, want);
-    if (static_cast<std::uint32_t>(n) != o.size || std::memcmp(got.data(), want.data(), o.size) != 0)
+    if (!o.no_fill) rdmaring::bench::fill(o.seed, k, want);
+    if (static_cast<std::uint32_t>(n) != o.size || (!o.no_fill && std::memcmp(got.data(), want.data(), o.size) != 0))
       if (bad++ < 5) std::cerr << "zmq-baseline pull: record " << k << " wrong (" << n << " B)\n";
     bytes += static_cast<std::uint64_t>(n);
   }
@@ -147,7 +150,7 @@ int main(int argc, char** argv) {
   std::vector<std::byte> buf(o.size);
   const auto t0 = Clock::now();
   for (std::uint64_t k = 0; k < o.records; ++k) {
-    rdmaring::bench::fill(o.seed, k, buf);
+    if (!o.no_fill) rdmaring::bench::fill(o.seed, k, buf);
     if (zmq_send(sock, buf.data(), buf.size(), 0) != static_cast<int>(o.size)) fail("send");
   }
   char report[256] = {};
@@ -161,7 +164,7 @@ int main(int argc, char** argv) {
   std::ostringstream line;
   line << "zmq records=" << o.records << " size=" << o.size << " bytes=" << o.records * o.size << " seconds=" << secs
        << " records_per_s=" << static_cast<double>(o.records) / secs
-       << " mb_per_s=" << static_cast<double>(o.records * o.size) / secs / 1e6 << " hwm=" << o.hwm << " " << report
+       << " mb_per_s=" << static_cast<double>(o.records * o.size) / secs / 1e6 << " hwm=" << o.hwm << " fill=" << (o.no_fill ? 0 : 1) << " " << report
        << " ok=" << (ok ? 1 : 0);
   std::cout << line.str() << std::endl;
   if (!o.json.empty()) {

@@ -18,19 +18,22 @@
  *                 consumer's resume point; 0 = the producer always resumes with its staging
  *   TAIL_EPOCH    1 = the consumer ignores tail records of another epoch (wire-formats.md §4)
  *   CREDIT_EPOCH  1 = the producer ignores credit records of another epoch (wire-formats.md §5)
+ *   SEEN_RESET    1 = begin_epoch also resets credit_requests_seen to 0 (a proposed fix; the
+ *                 cores keep it, while a restarted producer counts its requests from 0 again)
  *   CTHRESH       lazy credit threshold in slots (2 = ring / credit_fraction 2); N + 1 = credit
  *                 is written only when the producer asks
  *   MAXREC        positions (records) the producer may commit, over all connections
  *   MAXDROP       connection drops, each followed by a resume in epoch + 1
- *   NO_P4         leave out the P4 assertions, to see what a stale epoch would go on to break
+ *   NO_P4, NO_P8  leave out the P4 (P8) assertions, to see what else would break
  *
  * Properties (assertions; README.md §3):
  *   P1 the consumer delivers only the record it expects, fully placed, as the current producer
- *      sent it;  P2 in order, never twice;  P3 a WRITE never lands on a slot the consumer has not
- *      released, or on a record it may still read;  P4 a record or completion of an old epoch
- *      never moves the publish mark or the producer's released;  P5 (when NOTREADY_OK = 0) a
- *      record below the mark always passes its check;  P6 when nothing can move any more,
- *      everything committed was delivered (unless a side failed).
+ *      sent it;  P2 in order, never twice;  P3 a WRITE lands only on a slot the consumer
+ *      released;  P4 a record or completion of an old epoch never moves the publish mark or the
+ *      producer's released;  P5 (when NOTREADY_OK = 0) a record below the mark always passes its
+ *      check;  P6 when nothing can move any more, everything committed was delivered (unless a
+ *      side failed);  P7 the producer accepts the consumer's resume point;  P8 nothing lands on
+ *      a record the consumer may still read, or is reading, other than that same record.
  */
 
 #ifndef MODE
@@ -53,6 +56,9 @@
 #endif
 #ifndef CREDIT_EPOCH
 #define CREDIT_EPOCH 1
+#endif
+#ifndef SEEN_RESET
+#define SEEN_RESET 0
 #endif
 #ifndef CTHRESH
 #define CTHRESH 2
@@ -130,11 +136,14 @@ byte g_last = 0;   /* ghost: last sequence delivered, over all epochs */
 inline place(e, pos, inc) {
   if
   :: e == epoch ->
-       /* P3: only into space the consumer released (the slot's previous lap is released), and
-        * never over another record the consumer may still read, [released, mark) */
-       assert(pos < c_rel + N &&
-              (ring[pos % N] == 0 || ring[pos % N] - 1 < c_rel || ring[pos % N] - 1 >= c_mark ||
-               ring[pos % N] - 1 == pos));
+       /* P3: a WRITE lands only in space the consumer released (the slot's previous lap) */
+       assert(pos < c_rel + N);
+#ifndef NO_P8
+       /* P8: nothing lands on a record the consumer may read or is reading, [released, mark),
+        * except the same record again (a resumed producer sends the same bytes again) */
+       assert(ring[pos % N] == 0 || ring[pos % N] - 1 < c_rel || ring[pos % N] - 1 >= c_mark ||
+              (ring[pos % N] - 1 == pos && ring_inc[pos % N] == inc));
+#endif
        ring[pos % N] = SEQ(pos);
        ring_inc[pos % N] = inc
   :: else -> skip
@@ -349,8 +358,12 @@ end:
        epoch++; up = 1;
        npend_cur = 0;
        c_mark = c_head; c_cred = c_rel; c_asked = 0; c_viol = 0;
+       if
+       :: SEEN_RESET -> c_seen = 0
+       :: else -> skip
+       fi;
        /* ResumePoint {epoch, position = head, released, next_sequence = SEQ(head)}, which the
-        * producer MUST accept (P7) */
+        * producer must accept: ProducerCore::resume()'s checks (P7) */
        assert(c_rel <= c_head && p_rel <= c_head && c_head <= p_pub);
        if
        :: /* ProducerCore::resume(): keeps its staging, sends [head, committed) again */
