@@ -18,6 +18,8 @@
  *                 consumer's resume point; 0 = the producer always resumes with its staging
  *   TAIL_EPOCH    1 = the consumer ignores tail records of another epoch (wire-formats.md §4)
  *   CREDIT_EPOCH  1 = the producer ignores credit records of another epoch (wire-formats.md §5)
+ *   ZERO_ON_RESUME 1 = begin_epoch zeroes the ring outside [released, head), the part the producer
+ *                 will write again (a proposed rule; the cores leave the bytes as they are)
  *   SEEN_RESET    1 = begin_epoch also resets credit_requests_seen to 0 (a proposed fix; the
  *                 cores keep it, while a restarted producer counts its requests from 0 again)
  *   CTHRESH       lazy credit threshold in slots (2 = ring / credit_fraction 2); N + 1 = credit
@@ -57,6 +59,9 @@
 #ifndef CREDIT_EPOCH
 #define CREDIT_EPOCH 1
 #endif
+#ifndef ZERO_ON_RESUME
+#define ZERO_ON_RESUME 0
+#endif
 #ifndef SEEN_RESET
 #define SEEN_RESET 0
 #endif
@@ -64,7 +69,7 @@
 #define CTHRESH 2
 #endif
 #ifndef MAXREC
-#define MAXREC 6
+#define MAXREC 5
 #endif
 #ifndef MAXDROP
 #define MAXDROP 1
@@ -340,7 +345,7 @@ end:
 /* Drops and resumes. The choice at the start keeps runs that never drop, so that the
  * watchdog can see a stall: a drop that is always possible would hide it. */
 active proctype connection() {
-  byte e, t;
+  byte e, t, k;
   bit r;
   if
   :: goto done      /* this run never drops */
@@ -360,6 +365,16 @@ end:
        c_mark = c_head; c_cred = c_rel; c_asked = 0; c_viol = 0;
        if
        :: SEEN_RESET -> c_seen = 0
+       :: else -> skip
+       fi;
+       if
+       :: ZERO_ON_RESUME ->
+          k = c_head;
+          do
+          :: k < c_rel + N -> ring[k % N] = 0; ring_inc[k % N] = 0; k++
+          :: else -> break
+          od;
+          k = 0
        :: else -> skip
        fi;
        /* ResumePoint {epoch, position = head, released, next_sequence = SEQ(head)}, which the

@@ -2,7 +2,10 @@
 
 #include "rdmaring/verbs/error.hpp"
 
+#include <endian.h>
+
 #include <cerrno>
+#include <cstring>
 
 namespace rdmaring::verbs {
 namespace {
@@ -107,6 +110,21 @@ DeviceCaps Context::query_caps() const {
   caps.link_layer = port.link_layer;
   caps.active_mtu = port.active_mtu;
   caps.port_state = port.state;
+  caps.odp = (attr.odp_caps.general_caps & IBV_ODP_SUPPORT) != 0;
+  caps.odp_implicit = (attr.odp_caps.general_caps & IBV_ODP_SUPPORT_IMPLICIT) != 0;
+  caps.odp_rc_caps = attr.odp_caps.per_transport_caps.rc_odp_caps;
+  caps.device_cap_flags = attr.device_cap_flags_ex;
+#ifdef IBV_DEVICE_CC_DMA_BOUNCE
+  caps.dma_bounce = (attr.device_cap_flags_ex & IBV_DEVICE_CC_DMA_BOUNCE) != 0;
+#endif
+  caps.node_guid = be64toh(attr.orig_attr.node_guid);
+  caps.fw_ver.assign(attr.orig_attr.fw_ver, strnlen(attr.orig_attr.fw_ver, sizeof attr.orig_attr.fw_ver));
+  caps.vendor_id = attr.orig_attr.vendor_id;
+  caps.vendor_part_id = attr.orig_attr.vendor_part_id;
+  caps.phys_port_cnt = attr.orig_attr.phys_port_cnt;
+  caps.max_qp = attr.orig_attr.max_qp;
+  caps.max_mr = attr.orig_attr.max_mr;
+  caps.max_qp_rd_atom = attr.orig_attr.max_qp_rd_atom;
   return caps;
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,7 +29,32 @@ struct DeviceCaps {
   std::uint8_t link_layer = IBV_LINK_LAYER_UNSPECIFIED;  // port 1
   ibv_mtu active_mtu = IBV_MTU_256;                      // port 1
   ibv_port_state port_state = IBV_PORT_NOP;              // port 1
+
+  // Device-wide detail for diagnostics (rdmaring-doctor); the queue's checks use the fields above.
+  bool odp = false;           // IBV_ODP_SUPPORT in the general ODP caps
+  bool odp_implicit = false;  // IBV_ODP_SUPPORT_IMPLICIT: one ODP MR may cover the address space
+  std::uint32_t odp_rc_caps = 0;       // ibv_odp_transport_cap_bits for RC
+  std::uint64_t device_cap_flags = 0;  // ibv_device_attr_ex::device_cap_flags_ex
+  // IBV_DEVICE_CC_DMA_BOUNCE when this rdma-core's verbs.h defines it; nullopt when it does not
+  // (then the device cannot say, and the answer is unknown, not "no").
+  std::optional<bool> dma_bounce;
+  std::uint64_t node_guid = 0;  // host byte order
+  std::string fw_ver;
+  std::uint32_t vendor_id = 0;
+  std::uint32_t vendor_part_id = 0;
+  std::uint8_t phys_port_cnt = 0;
+  int max_qp = 0;
+  int max_mr = 0;
+  int max_qp_rd_atom = 0;
 };
+
+// Whether this build's verbs.h lets a device report that its DMA goes through bounce buffers
+// (IBV_DEVICE_CC_DMA_BOUNCE): placement is then a copy, not direct. rdma-core 44 has no such flag.
+#ifdef IBV_DEVICE_CC_DMA_BOUNCE
+inline constexpr bool kVerbsReportsDmaBounce = true;
+#else
+inline constexpr bool kVerbsReportsDmaBounce = false;
+#endif
 
 // One line for logs: "rxe0: port 1 ACTIVE Ethernet mtu 4096, odp(rc write) no, ...".
 std::string to_string(const DeviceCaps& caps);
