@@ -271,8 +271,11 @@ void probe_objects(DeviceFacts& d, const verbs::Context& ctx) {
                                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_RELAXED_ORDERING);
       d.relaxed_registration = DeviceFacts::RoReg::accepted;
     } catch (const SetupError& e) {
-      d.relaxed_registration = DeviceFacts::RoReg::refused;
+      // A page the memlock limit refuses says nothing about the flag.
+      d.relaxed_registration =
+          e.error() == errc::memlock_too_low ? DeviceFacts::RoReg::not_probed : DeviceFacts::RoReg::refused;
       d.relaxed_errno = e.error().sys_errno;
+      d.relaxed_note = e.what();
     }
   } catch (const SetupError& e) {
     d.objects_error = e.what();
@@ -442,6 +445,7 @@ ToolOutput run_nvidia_smi() {
   }
   const int status = pclose(pipe);
   t.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  t.output = strip_ansi(t.output);
   while (!t.output.empty() && t.output.back() == '\n') t.output.pop_back();
   return t;
 }
@@ -539,8 +543,10 @@ int main(int argc, char** argv) {
   if (r.usable_count() > 0) return 0;
   std::string why = r.device_error;
   if (why.empty()) {
-    why = "no usable RDMA device: ";
-    for (const DeviceFacts& d : r.devices) why += d.name + " (" + (d.error.empty() ? (d.any_port_active() ? d.objects_error : "no ACTIVE port") : d.error) + ") ";
+    why = "no usable RDMA device:";
+    for (const DeviceFacts& d : r.devices) {
+      why += " " + d.name + " (" + (!d.error.empty() ? d.error : !d.any_port_active() ? "no ACTIVE port" : d.objects_error) + ")";
+    }
     why += "; for a software device load rdma_rxe and add a Soft-RoCE link (rdma link add rxe0 type rxe netdev <ifname>)";
   }
   std::cerr << "rdmaring-doctor: " << why << "\n";

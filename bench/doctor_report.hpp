@@ -168,6 +168,26 @@ inline std::string errno_name(int err) {
   return (name != nullptr ? std::string(name) + ", " : std::string()) + "errno " + std::to_string(err);
 }
 
+// `text` without ANSI escape sequences: nvidia-smi underlines its topo header even into a pipe.
+inline std::string strip_ansi(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\x1b') {
+      out += text[i];
+      continue;
+    }
+    if (i + 1 < text.size() && text[i + 1] == '[') {
+      // CSI: parameters and intermediates, then one final byte in 0x40..0x7e.
+      i += 2;
+      while (i < text.size() && !(text[i] >= 0x40 && text[i] <= 0x7e)) ++i;
+    } else {
+      ++i;  // a two-byte escape
+    }
+  }
+  return out;
+}
+
 // Parses a kernel CPU or node list ("0-3,8,10-11"); nullopt when it is malformed.
 inline std::optional<std::set<int>> parse_id_list(std::string_view s) {
   std::set<int> ids;
@@ -413,6 +433,7 @@ struct DeviceFacts {
   std::string objects_error;    // the failure otherwise
   enum class RoReg { not_probed, accepted, refused } relaxed_registration = RoReg::not_probed;
   int relaxed_errno = 0;
+  std::string relaxed_note;  // why the registration was not probed, or the refusal's message
   PciBit pcie_relaxed_ordering{std::nullopt, "no PCI function"};
   bool inline_probed = false;
   std::uint32_t inline_default = 0;            // granted when asking for 0 B
@@ -520,7 +541,8 @@ inline std::string odp_rc_names(std::uint32_t caps) {
 }
 
 // Pinned bytes one producer connection costs with `ring_bytes` rings: the consumer's ring plus
-// its tail-record page, the producer's staging mirror plus its credit page.
+// its tail-record page (mode tail only; counted always), the producer's staging mirror plus its
+// credit page. An on_demand_paging ring pins nothing, but the mirror is always pinned.
 struct PinCost {
   std::uint64_t consumer;
   std::uint64_t producer;
@@ -550,14 +572,14 @@ inline Verdict memlock_verdict(const MemlockFacts& m, std::uint64_t ring_bytes) 
   const std::uint64_t room = limit > m.state.pinned ? limit - m.state.pinned : 0;
   const std::uint64_t consumers = room / cost.consumer;
   const std::uint64_t pairs = room / (cost.consumer + cost.producer);
-  std::string text = "memlock: " + format_bytes(limit) + " (" + format_bytes(m.state.pinned) +
-                     " pinned): room for " + std::to_string(consumers) + " consumer ring" +
+  std::string text = "memlock: soft limit " + format_bytes(limit) + ", " + format_bytes(m.state.pinned) +
+                     " pinned: room for " + std::to_string(consumers) + " consumer ring" +
                      (consumers == 1 ? "" : "s") + ", " + std::to_string(pairs) +
                      " producer+consumer pair" + (pairs == 1 ? "" : "s") + " in one process" + why;
   const bool raisable = !m.hard || *m.hard > limit;
   const std::string raise = raisable ? "; raise it (ulimit -l, up to the hard limit " +
                                            (m.hard ? format_bytes(*m.hard) : std::string("unlimited")) + ")"
-                                     : "; the hard limit is as low: raise it in limits.conf or grant CAP_IPC_LOCK";
+                                     : "; the hard limit is no higher: raise it in limits.conf or grant CAP_IPC_LOCK";
   if (consumers == 0) return {Level::fail, text + raise};
   if (pairs == 0) return {Level::warn, text + raise};
   return {Level::ok, text};
@@ -669,7 +691,8 @@ inline std::vector<Verdict> device_verdicts(const DeviceFacts& d, const ProcessF
       break;
     case RoReg::not_probed:
       v.push_back({Level::info, "payload MR relaxed, publish by imm: not probed (" +
-                                    (d.objects_error.empty() ? std::string("no PD") : d.objects_error) + ")"});
+                                    (!d.relaxed_note.empty() ? d.relaxed_note
+                                     : d.objects_error.empty() ? std::string("no PD") : d.objects_error) + ")"});
       break;
   }
   v.push_back({Level::ok, "tail mode: relies on in-order placement (no relaxed ordering): ok (the ring is "
@@ -845,7 +868,8 @@ class TextWriter {
     while (start < text.size()) {
       std::size_t end = text.find('\n', start);
       if (end == std::string::npos) end = text.size();
-      out_ += std::string(indent, ' ') + text.substr(start, end - start) + '\n';
+      const std::string line = text.substr(start, end - start);
+      out_ += (line.empty() ? std::string() : std::string(indent, ' ') + line) + '\n';
       start = end + 1;
     }
   }

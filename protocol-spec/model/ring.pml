@@ -14,8 +14,10 @@
  *   NOTREADY_OK   0 = assert that a record below the mark never fails its check (what mode imm's
  *                 completion, or mode tail's in-order placement, promises); 1 = it may fail, and
  *                 must then be waited out or reported, never delivered
- *   RESTART       1 = a reconnect may also restart the producer empty (its staging lost) from the
- *                 consumer's resume point; 0 = the producer always resumes with its staging
+ *   RESTART       1 = a reconnect may also restart the producer empty (its staging lost) at the
+ *                 consumer's resume point, as the loopback test's restart_producer() does (the
+ *                 cores allow it; the adapters do not offer it, ledger.md §6.2); 0 = the producer
+ *                 always resumes with its staging (resume.md)
  *   TAIL_EPOCH    1 = the consumer ignores tail records of another epoch (wire-formats.md §4)
  *   CREDIT_EPOCH  1 = the producer ignores credit records of another epoch (wire-formats.md §5)
  *   ZERO_ON_RESUME 1 = begin_epoch zeroes the ring outside [released, head), the part the producer
@@ -51,7 +53,7 @@
 #define NOTREADY_OK 0
 #endif
 #ifndef RESTART
-#define RESTART 1
+#define RESTART 0
 #endif
 #ifndef TAIL_EPOCH
 #define TAIL_EPOCH 1
@@ -90,10 +92,10 @@
  * and sequence together, so a resumed or restarted producer keeps this numbering. */
 #define SEQ(p) ((p) + 1)
 
-/* consumer protocol violations (sticky until the next epoch: begin_epoch clears them) */
+/* consumer protocol violations (sticky until the next epoch: begin_epoch clears them). An
+ * immediate with foreign epoch bits (failures.md) cannot occur here: see on_immediate. */
 #define V_CHECK 1  /* mode imm: a record below the mark fails its check, at once */
 #define V_GRACE 2  /* mode tail: a record below the mark still fails after ordering_grace */
-#define V_EPOCH 3  /* mode imm: an immediate whose epoch bits are not this connection's */
 #define V_RANGE 4  /* a publish mark outside [credited, credited + ring] */
 
 mtype = { WR, WIMM, WTAIL };
@@ -282,7 +284,9 @@ end:
        c_viol == 0 && nempty(cq) ->
        cq?e, t, r;
        if
-       :: e != epoch -> c_viol = V_EPOCH
+       :: e != epoch -> skip   /* a completion of an earlier link in the shared CQ: recognised
+                                * by qp_num and ignored (resume.md §3). The epoch bits (V_EPOCH)
+                                * are checked only on the current QP's, where they always match */
        :: e == epoch && (t < c_mark || t - c_cred > N) -> c_viol = V_RANGE
        :: else ->
             assert(e == epoch);   /* P4 */
@@ -345,8 +349,7 @@ end:
 /* Drops and resumes. The choice at the start keeps runs that never drop, so that the
  * watchdog can see a stall: a drop that is always possible would hide it. */
 active proctype connection() {
-  byte e, t, k;
-  bit r;
+  byte k;
   if
   :: goto done      /* this run never drops */
   :: MAXDROP > 0    /* this run drops */
@@ -356,10 +359,11 @@ end:
   :: atomic { up && drops < MAXDROP -> up = 0; drops++ }
   :: atomic {
        !up ->
-       /* ConsumerCore::begin_epoch(epoch + 1): forget what was published but not read, the
-        * producer sends it again; what is being consumed stays so until released. The ring,
-        * tail MR and credit MR are re-keyed: a WRITE still in flight from the old epoch is
-        * refused. Their contents stay: an old tail or credit record is still in its MR. */
+       /* The old link is destroyed and the ring and tail MR re-registered (resume.md steps
+        * 6-7): from here a WRITE of the old epoch is refused (the fabric compares its epoch
+        * with `epoch`). ConsumerCore::begin_epoch(epoch + 1): forget what was published but
+        * not read (the producer sends it again); what is being consumed stays so until
+        * released; credit request flag and failure cleared, credit_requests_seen kept. */
        epoch++; up = 1;
        npend_cur = 0;
        c_mark = c_head; c_cred = c_rel; c_asked = 0; c_viol = 0;
@@ -394,17 +398,11 @@ end:
           p_rel = c_rel; p_pub = c_head; p_com = c_head; p_creq = 0
        fi;
        p_want = 0; p_asked = 0; p_dead = 0;
-#if MODE == IMM
-       /* the new connection's CQ starts empty, or an old completion is still polled on it */
-       if
-       :: do
-          :: cq?e, t, r
-          :: empty(cq) -> break
-          od
-       :: nempty(cq) -> skip
-       fi;
-#endif
-       e = 0; t = 0; r = 0 }
+       /* Left as they are, as replays of old control messages the new epoch must ignore: the
+        * old link's completions in the shared CQ (mode imm), the old epoch's last credit record
+        * in the credit MR (kept across a resume), and the old epoch's last tail record in the
+        * tail MR (resume.md zeroes it; to the consumer, an ignored old record is the same) */
+       skip }
   :: drops == MAXDROP && up -> break
   od;
 done:

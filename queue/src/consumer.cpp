@@ -73,6 +73,9 @@ struct Consumer::Connection {
   std::uint64_t resumes = 0;
   std::uint64_t refused_requests = 0;
   std::uint64_t stale_completions = 0;
+  std::uint64_t error_completions = 0;
+  std::optional<std::uint64_t> unconfirmed_epoch;  // the producer's epoch before the last resume
+  std::uint64_t publishes_at_resume = 0;
 
   Result<void> post_receives(std::uint32_t n) {
     for (std::uint32_t i = 0; i < n; ++i) recv_chain[i].next = i + 1 < n ? &recv_chain[i + 1] : nullptr;
@@ -84,6 +87,7 @@ struct Consumer::Connection {
   void register_ring();
   void admit(verbs::ConnectRequest request, const wire::ConnectData& hello, const ResumePoint& at);
   Result<void> check_cm();
+  void discard_completions();
 };
 
 void Consumer::Connection::setup_ring(const verbs::Context& ctx) {
@@ -199,21 +203,42 @@ Result<void> Consumer::Connection::check_cm() {
   if (!request) return success();
   const auto hello = wire::decode_connect_data(request->private_data);
   // Only a resume of the current epoch is admitted: a new producer, or a replayed request from an
-  // older epoch, is refused (destroying the request's id rejects it).
-  if (!hello || !(hello->flags & wire::kConnectResume) || hello->epoch != core->epoch()) {
+  // older epoch, is refused (destroying the request's id rejects it). Until the producer has
+  // shown it moved to the current epoch (a publish in it), a resume of the previous epoch is
+  // admitted too: the last resume may have failed on its side after ours.
+  const bool current = hello && hello->epoch == core->epoch();
+  const bool retried = hello && unconfirmed_epoch && hello->epoch == *unconfirmed_epoch;
+  if (!hello || !(hello->flags & wire::kConnectResume) || !(current || retried)) {
     ++refused_requests;
     return success();
   }
   link.reset();  // the old QP goes first: nothing of the old epoch is placed after this
-  register_ring();
-  BOOST_OUTCOME_TRY(at, core->begin_epoch(core->epoch() + 1));
+  discard_completions();
   try {
+    register_ring();
+    BOOST_OUTCOME_TRY(at, core->begin_epoch(core->epoch() + 1));
+    unconfirmed_epoch = hello->epoch;
+    publishes_at_resume = core->counters().publishes;
     admit(std::move(*request), *hello, at);
   } catch (const SetupError& e) {
     return e.error();
   }
   ++resumes;
   return success();
+}
+
+// After the old QP is gone every completion in the CQ is its own: none may be taken for the next
+// connection's (a provider may reuse the QP number). Consumed receives still go back to the SRQ.
+void Consumer::Connection::discard_completions() {
+  std::array<ibv_wc, 32> wcs;
+  for (;;) {
+    auto n = cq->poll(wcs);
+    if (!n || n.value() == 0) return;
+    for (std::size_t i = 0; i < n.value(); ++i) {
+      ++stale_completions;
+      if (wcs[i].wr_id == kRecvWrId) ++recv_owed;
+    }
+  }
 }
 
 Result<void> Consumer::progress() {
@@ -235,21 +260,20 @@ Result<void> Consumer::progress() {
       ++c.stale_completions;  // from a connection of an earlier epoch
       continue;
     }
-    if (wc.status == IBV_WC_WR_FLUSH_ERR) {
-      // The QP was moved to error (the producer left): what is published stays deliverable.
+    if (wc.status != IBV_WC_SUCCESS) {
+      // The connection is dead (the producer left, or a credit write ran out of retries): what
+      // is published stays deliverable, and the producer may resume.
+      ++c.error_completions;
       c.link->connected = false;
       continue;
     }
     if (wc.wr_id == kRecvWrId) {
-      if (wc.status != IBV_WC_SUCCESS) {
-        c.core->on_receive_failed(wc.status);
-        continue;
-      }
       BOOST_OUTCOME_TRYV(c.core->on_immediate(ntohl(wc.imm_data)));
     } else {
-      c.core->on_completion(wc.wr_id, wc.status == IBV_WC_SUCCESS, wc.status);
+      c.core->on_completion(wc.wr_id, true);
     }
   }
+  if (c.unconfirmed_epoch && c.core->counters().publishes != c.publishes_at_resume) c.unconfirmed_epoch.reset();
   if (c.srq && c.recv_owed >= kRecvRepostBatch) {
     BOOST_OUTCOME_TRYV(c.post_receives(c.recv_owed));
     c.recv_owed = 0;
@@ -320,7 +344,7 @@ bool Consumer::connected() {
 ConsumerStats Consumer::stats() const {
   const Connection& c = *c_;
   return ConsumerStats{c.core->counters(), c.recv_completions, c.recv_posts, c.post_send_calls, c.resumes,
-                       c.refused_requests, c.stale_completions, c.core->ledger()};
+                       c.refused_requests, c.stale_completions, c.error_completions, c.core->ledger()};
 }
 
 std::string Consumer::ledger_dump() const { return to_string(c_->core->ledger()); }

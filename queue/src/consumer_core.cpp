@@ -159,10 +159,6 @@ void ConsumerCore::on_completion(std::uint64_t wr_id, bool success, int wc_statu
   sq_.retire_through(wr_id);
 }
 
-void ConsumerCore::on_receive_failed(int wc_status) {
-  if (!failure_)
-    failure_ = make_error(errc::completion_error, "receive completion status " + std::to_string(wc_status));
-}
 
 ConsumerLedger ConsumerCore::ledger() const noexcept {
   return ConsumerLedger{released_, credited_, delivered_, head_, published_, geometry_.bytes};

@@ -21,7 +21,6 @@ class Category final : public std::error_category {
       case errc::completion_error: return "work completion with error status";
       case errc::protocol_violation: return "protocol violation by the peer";
       case errc::stale_epoch: return "stale epoch";
-      case errc::peer_gone: return "peer gone";
       case errc::no_claim: return "no open claim";
       case errc::claim_open: return "a claim is already open";
       case errc::no_device: return "no RDMA device";

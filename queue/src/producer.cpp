@@ -118,14 +118,18 @@ Result<ResumePoint> Producer::recover() {
     const auto accept =
         c.connect(*l, wire::ConnectData{reinterpret_cast<std::uintptr_t>(c.credit_buf.data()), c.credit_mr->rkey(),
                                         wire::kConnectResume, c.core->epoch()});
-    if (accept.ring_bytes != c.core->peer().geometry.bytes || accept.mode != c.core->peer().mode)
+    if (accept.ring_bytes != c.core->peer().geometry.bytes || accept.mode != c.core->peer().mode ||
+        accept.max_record != c.core->peer().geometry.max_record || accept.ring_addr != c.target.remote_base ||
+        accept.tail_addr != c.target.tail_addr)
       return make_error(errc::protocol_violation, l->id.describe() + ": the ring changed across the resume");
     const ResumePoint at{accept.epoch, accept.position, accept.released, accept.next_sequence};
     BOOST_OUTCOME_TRYV(c.core->resume(at));
     // The new rkeys: the old ones were revoked by the consumer's re-registration.
     c.target.rkey = accept.ring_rkey;
     c.target.tail_rkey = accept.tail_rkey;
+    // The dead connection's QP goes now; the first link's id stays, it holds the device open.
     if (c.link) c.link.reset();
+    else c.first->qp.reset();
     c.link = std::move(l);
     ++c.recoveries;
     return at;
@@ -209,6 +213,8 @@ Result<void> Producer::flush() { return post_due(true); }
 
 Result<void> Producer::drain(std::chrono::nanoseconds timeout) {
   const auto deadline = Clock::now() + timeout;
+  // The consumer writes credit lazily: ask with the publish itself, one post per round trip.
+  c_->core->request_credit();
   BOOST_OUTCOME_TRYV(flush());
   for (;;) {
     BOOST_OUTCOME_TRYV(progress());

@@ -82,7 +82,7 @@ void run(wire::PublishMode mode) {
   std::uint64_t faults = 0, recoveries = 0;
   auto heal = [&](const Error& e) {
     INFO("producer: " << e.message());
-    REQUIRE((e == errc::completion_error || e == errc::peer_gone));
+    REQUIRE(e == errc::completion_error);
     auto at = producer.recover();
     INFO("recover: " << (at ? std::string("ok") : at.error().message()));
     REQUIRE(at);

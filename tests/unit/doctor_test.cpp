@@ -149,6 +149,12 @@ TEST_CASE("GIDs print in compressed IPv6 form", "[doctor]") {
   CHECK(compress_gid("not a gid") == "not a gid");
 }
 
+TEST_CASE("ANSI escapes are stripped from tool output", "[doctor]") {
+  CHECK(strip_ansi("\t\x1b[4mGPU0\tCPU Affinity\x1b[0m\nGPU0\t X") == "\tGPU0\tCPU Affinity\nGPU0\t X");
+  CHECK(strip_ansi("\x1b[1;31mred\x1b[m and \x1b" "cplain") == "red and plain");
+  CHECK(strip_ansi("tail \x1b[") == "tail ");
+}
+
 TEST_CASE("CPU lists parse and print as the kernel writes them", "[doctor]") {
   const auto ids = parse_id_list("0-3,8,10-11\n");
   REQUIRE(ids);

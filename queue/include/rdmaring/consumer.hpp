@@ -45,6 +45,7 @@ struct ConsumerStats {
   std::uint64_t resumes = 0;            // producer reconnections admitted (each a new epoch and rkey)
   std::uint64_t refused_requests = 0;   // connect requests refused: not a resume of the current epoch
   std::uint64_t stale_completions = 0;  // completions of an earlier epoch's QP, ignored
+  std::uint64_t error_completions = 0;  // error completions: each marks the connection dead
   ConsumerLedger ledger;
 };
 

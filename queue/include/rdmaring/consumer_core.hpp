@@ -85,8 +85,6 @@ class ConsumerCore {
   // The credit write-back due now, if any (a quarter ring released, or the producer asked).
   std::optional<CreditWrite> take_credit();
   void on_completion(std::uint64_t wr_id, bool success, int wc_status = 0);
-  // Mode imm: a receive completed with an error (other than a flush after disconnect).
-  void on_receive_failed(int wc_status);
 
   const std::optional<Error>& failure() const noexcept { return failure_; }
   ConsumerLedger ledger() const noexcept;

@@ -28,7 +28,6 @@ enum class errc {
   completion_error,         // a work completion with a status other than IBV_WC_SUCCESS
   protocol_violation,       // the peer broke the wire protocol (bad check, bad sequence, ...)
   stale_epoch,              // a message from an older epoch
-  peer_gone,                // the connection is disconnected
   no_claim,                 // commit()/abort() without an open claim
   claim_open,               // a second claim(), or send() while a claim is open
   no_device,                // no verbs device to open

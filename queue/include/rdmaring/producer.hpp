@@ -64,7 +64,7 @@ class Producer {
   // drain(), then disconnect.
   Result<void> close(std::chrono::nanoseconds timeout);
 
-  // After the connection failed (any call returned completion_error or peer_gone): connects
+  // After the connection failed (a call returned completion_error): connects
   // again and resumes in the consumer's next epoch. Every record not yet delivered goes out
   // again from staging, unchanged; the consumer reads from exactly the record after its last
   // delivery, so each record is delivered once, in order. Returns where it resumed.
