@@ -101,8 +101,9 @@
 mtype = { WR, WIMM, WTAIL };
 
 /* ---- connection ---- */
-byte epoch = 1;   /* the connection's epoch; also the rkey generation of the ring, tail and
-                   * credit MRs (resume re-keys them) */
+byte epoch = 1;   /* the connection's epoch. Every WRITE carries the epoch it was posted in;
+                   * one of an older epoch is refused (ring and tail MR re-keyed at a resume;
+                   * credit WRITEs need the producer's old QP, in the error state by then) */
 bit  up = 1;
 byte drops = 0;
 
@@ -138,7 +139,7 @@ byte c_seen;       /* credit_requests_seen: last counter seen in a tail record *
 byte c_viol = 0;
 byte g_last = 0;   /* ghost: last sequence delivered, over all epochs */
 
-/* A WRITE of the record at `pos` reaches the ring. The rkey is checked: resume re-keys the
+/* A WRITE of the record at `pos` reaches the ring. The rkey is checked: a resume re-keys the
  * ring, so a WRITE of an older epoch is refused and changes nothing. */
 inline place(e, pos, inc) {
   if

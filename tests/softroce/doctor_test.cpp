@@ -1,8 +1,9 @@
 // rdmaring-doctor on a real device: the text report names the device, its link layer and the
 // memlock limit; --json is one object with a devices array; an unknown --device exits 1.
 //
-// The binary is found next to rdmaring-bench (both are built in the build's bench/ directory),
-// or at RDMARING_DOCTOR_BINARY when that is set.
+// The binary is the RDMARING_DOCTOR_BINARY environment variable when set, else the
+// RDMARING_DOCTOR_BINARY compile definition when the build passes one, else the file next to
+// rdmaring-bench (both are built in the build's bench/ directory).
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
@@ -28,6 +29,9 @@ std::string require_env(const char* name) {
 
 std::string doctor_binary() {
   if (const char* p = std::getenv("RDMARING_DOCTOR_BINARY"); p != nullptr && *p != '\0') return p;
+#ifdef RDMARING_DOCTOR_BINARY
+  return RDMARING_DOCTOR_BINARY;  // when tests/CMakeLists.txt passes $<TARGET_FILE:rdmaring-doctor>
+#endif
   std::string bench = RDMARING_BENCH_BINARY;
   const auto slash = bench.rfind('/');
   const std::string path = (slash == std::string::npos ? std::string(".") : bench.substr(0, slash)) + "/rdmaring-doctor";
