@@ -2,7 +2,9 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <array>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -88,6 +90,7 @@ struct Consumer::Connection {
   void admit(verbs::ConnectRequest request, const wire::ConnectData& hello, const ResumePoint& at);
   Result<void> check_cm();
   void discard_completions();
+  void forget_unread();
 };
 
 void Consumer::Connection::setup_ring(const verbs::Context& ctx) {
@@ -214,6 +217,7 @@ Result<void> Consumer::Connection::check_cm() {
   }
   link.reset();  // the old QP goes first: nothing of the old epoch is placed after this
   discard_completions();
+  forget_unread();
   try {
     register_ring();
     BOOST_OUTCOME_TRY(at, core->begin_epoch(core->epoch() + 1));
@@ -225,6 +229,20 @@ Result<void> Consumer::Connection::check_cm() {
   }
   ++resumes;
   return success();
+}
+
+// Zeroes the ring from the read head to the end of the space the producer may write. The next
+// epoch re-sends those records; without this, an old copy left there could pass the checks in
+// place of the new one if placement order were ever broken (protocol-spec/model, run 8).
+void Consumer::Connection::forget_unread() {
+  const auto l = core->ledger();
+  const std::uint64_t bytes = ring->size();
+  for (std::uint64_t pos = l.head, end = l.released + bytes; pos < end;) {
+    const std::uint64_t off = pos & (bytes - 1);
+    const std::uint64_t n = std::min(end - pos, bytes - off);
+    std::memset(ring->data() + off, 0, n);
+    pos += n;
+  }
 }
 
 // After the old QP is gone every completion in the CQ is its own: none may be taken for the next

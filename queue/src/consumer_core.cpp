@@ -129,6 +129,8 @@ Result<ResumePoint> ConsumerCore::begin_epoch(std::uint64_t epoch) {
   // The producer learns `released` from the resume answer itself: that is the new credit.
   credited_ = released_;
   credit_asked_ = false;
+  // Both sides count credit requests from 0 in a new epoch (a restarted producer can do no else).
+  credit_requests_seen_ = 0;
   last_tail_ = {};
   invalid_since_.reset();
   failure_.reset();

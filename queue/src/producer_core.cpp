@@ -192,6 +192,7 @@ Result<void> ProducerCore::resume(const ResumePoint& at) {
   // A new QP: no slot is in use, and nothing of the old connection's credit state carries over.
   sq_ = SendQueueBudget(config_.sq_depth, config_.signal_interval);
   want_credit_ = credit_asked_ = false;
+  credit_requests_ = 0;  // counted per epoch, as the consumer does
   last_credit_ = {};
   failure_.reset();
   // Re-send at once: the records are old, their coalescing delay is long spent.

@@ -10,18 +10,13 @@
 #include <string>
 
 #include "rdmaring/consumer.hpp"
+#include "device_address.hpp"
 #include "rdmaring/producer.hpp"
 
 using namespace rdmaring;
 
 namespace {
 
-std::string device_address() {
-  const char* a = std::getenv("RDMARING_ADDR");
-  // Never a silent skip: without a device address this test cannot mean anything.
-  if (a == nullptr || *a == '\0') FAIL("RDMARING_ADDR is not set: run under tests/softroce/guest-run or set it to a local RDMA address");
-  return a;
-}
 
 struct Run {
   int status = -1;

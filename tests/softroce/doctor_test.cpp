@@ -6,6 +6,8 @@
 // rdmaring-bench (both are built in the build's bench/ directory).
 #include <catch2/catch.hpp>
 
+#include "../json_shape.hpp"
+
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -58,33 +60,9 @@ Run doctor(const std::string& args, bool with_stderr = false) {
   return run;
 }
 
-// One JSON object whose brackets balance outside strings, every string closed, no raw control
-// character inside one: a structural check, no JSON library.
 bool structurally_json_object(const std::string& s) {
   const std::size_t start = s.find_first_not_of(" \n");
-  if (start == std::string::npos || s[start] != '{') return false;
-  std::vector<char> stack;
-  bool in_string = false;
-  for (std::size_t i = start; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (static_cast<unsigned char>(c) < 0x20) return false;
-      if (c == '\\') {
-        if (++i >= s.size() || std::string_view("\"\\/bfnrtu").find(s[i]) == std::string_view::npos) return false;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      stack.push_back(c);
-    } else if (c == '}' || c == ']') {
-      if (stack.empty() || stack.back() != (c == '}' ? '{' : '[')) return false;
-      stack.pop_back();
-      if (stack.empty()) return s.find_first_not_of(" \n", i + 1) == std::string::npos;
-    }
-  }
-  return false;
+  return start != std::string::npos && s[start] == '{' && rdmaring::test::structurally_json(s);
 }
 
 }  // namespace

@@ -10,17 +10,13 @@
 #include <string>
 
 #include "rdmaring/consumer.hpp"
+#include "device_address.hpp"
 #include "rdmaring/producer.hpp"
 
 using namespace rdmaring;
 
 namespace {
 
-std::string device_address() {
-  const char* a = std::getenv("RDMARING_ADDR");
-  if (a == nullptr || *a == '\0') FAIL("RDMARING_ADDR is not set: run under tests/softroce/guest-run or set it to a local RDMA address");
-  return a;
-}
 
 std::uint32_t size_of(std::uint64_t seq) { return static_cast<std::uint32_t>((seq * 2654435761u) % 700); }
 

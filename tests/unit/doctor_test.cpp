@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "../json_shape.hpp"
+
 #include <cerrno>
 #include <string>
 #include <vector>
@@ -15,35 +17,6 @@ using Catch::Matchers::StartsWith;
 
 namespace {
 
-// True when `s` is one JSON object or array whose brackets balance outside strings, with every
-// string closed, no raw control character in one, and only escapes JSON allows: enough to catch a
-// broken writer without a JSON library.
-bool structurally_json(const std::string& s) {
-  const std::size_t start = s.find_first_not_of(" \n");
-  if (start == std::string::npos || (s[start] != '{' && s[start] != '[')) return false;
-  std::vector<char> stack;
-  bool in_string = false;
-  for (std::size_t i = start; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (static_cast<unsigned char>(c) < 0x20) return false;
-      if (c == '\\') {
-        if (++i >= s.size() || std::string_view("\"\\/bfnrtu").find(s[i]) == std::string_view::npos) return false;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      stack.push_back(c);
-    } else if (c == '}' || c == ']') {
-      if (stack.empty() || stack.back() != (c == '}' ? '{' : '[')) return false;
-      stack.pop_back();
-      if (stack.empty()) return s.find_first_not_of(" \n", i + 1) == std::string::npos;
-    }
-  }
-  return false;
-}
 
 bool has_verdict(const std::vector<Verdict>& vs, Level level, const std::string& text) {
   for (const Verdict& v : vs) {
@@ -136,7 +109,7 @@ TEST_CASE("JsonWriter places commas and keys", "[doctor]") {
   CHECK(j.str() ==
         "{\"a\":-1,\"b\":[\"x\",true,null,18446744073709551615],\"c\":{},\"d\":null,\"e\\\"\":3,"
         "\"f\":[{\"g\":\"h\"},{}]}");
-  CHECK(structurally_json(j.str()));
+  CHECK(rdmaring::test::structurally_json(j.str()));
 }
 
 TEST_CASE("GIDs print in compressed IPv6 form", "[doctor]") {
@@ -382,7 +355,7 @@ TEST_CASE("the JSON report is one object with a devices array", "[doctor]") {
   r.nvidia_smi = {true, "/usr/bin/nvidia-smi", 0, "\tGPU0\tmlx5_0\nGPU0\t X \tPIX\n\"quoted\"\\"};
   const std::string json = render_json(r);
   INFO(json);
-  CHECK(structurally_json(json));
+  CHECK(rdmaring::test::structurally_json(json));
   CHECK_THAT(json, StartsWith("{\"tool\":\"rdmaring-doctor\""));
   CHECK_THAT(json, Contains("\"devices\":[{\"name\":\"rxe0\",\"usable\":true"));
   CHECK_THAT(json, Contains("\"link_layer\":\"Ethernet\""));
@@ -396,7 +369,7 @@ TEST_CASE("the JSON report is one object with a devices array", "[doctor]") {
   none.device_error = "ibv_get_device_list: no RDMA device found; load rdma_rxe (Soft-RoCE)";
   judge(none);
   const std::string empty = render_json(none);
-  CHECK(structurally_json(empty));
+  CHECK(rdmaring::test::structurally_json(empty));
   CHECK_THAT(empty, Contains("\"usable_devices\":0") && Contains("\"devices\":[]") && Contains("rdma_rxe"));
   CHECK(has_verdict(none.verdicts, Level::fail, "devices: ibv_get_device_list: no RDMA device found"));
 }
