@@ -378,19 +378,6 @@ ProcessFacts gather_process() {
 MemlockFacts gather_memlock() {
   MemlockFacts m;
   m.state = verbs::read_memlock_state();
-  rlimit lim{};
-  if (getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_max != RLIM_INFINITY) m.hard = lim.rlim_max;
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);) {
-    std::istringstream fields(line);
-    std::string key;
-    fields >> key;
-    if (key == "VmLck:") {
-      std::uint64_t kib = 0;
-      fields >> kib;
-      m.vm_lck = kib * 1024;
-    }
-  }
   return m;
 }
 

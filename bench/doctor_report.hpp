@@ -100,6 +100,8 @@ class JsonWriter {
   JsonWriter& unsigned_number(std::uint64_t v) { value_prefix(); out_ += std::to_string(v); return *this; }
   JsonWriter& boolean(bool v) { value_prefix(); out_ += v ? "true" : "false"; return *this; }
   JsonWriter& null() { value_prefix(); out_ += "null"; return *this; }
+  // Absent facts are empty strings in the structs and null in the JSON.
+  JsonWriter& string_or_null(std::string_view v) { return v.empty() ? null() : string(v); }
   template <class T, class F>
   JsonWriter& optional(const std::optional<T>& v, F&& write) {
     if (v) {
@@ -458,9 +460,7 @@ struct DeviceFacts {
 };
 
 struct MemlockFacts {
-  verbs::MemlockState state;          // soft limit, CAP_IPC_LOCK, VmPin
-  std::optional<std::uint64_t> hard;  // nullopt = unlimited
-  std::uint64_t vm_lck = 0;
+  verbs::MemlockState state;  // limits, CAP_IPC_LOCK, VmPin, VmLck
 };
 
 struct ProcessFacts {
@@ -576,9 +576,9 @@ inline Verdict memlock_verdict(const MemlockFacts& m, std::uint64_t ring_bytes) 
                      " pinned: room for " + std::to_string(consumers) + " consumer ring" +
                      (consumers == 1 ? "" : "s") + ", " + std::to_string(pairs) +
                      " producer+consumer pair" + (pairs == 1 ? "" : "s") + " in one process" + why;
-  const bool raisable = !m.hard || *m.hard > limit;
+  const bool raisable = !m.state.hard_limit || *m.state.hard_limit > limit;
   const std::string raise = raisable ? "; raise it (ulimit -l, up to the hard limit " +
-                                           (m.hard ? format_bytes(*m.hard) : std::string("unlimited")) + ")"
+                                           (m.state.hard_limit ? format_bytes(*m.state.hard_limit) : std::string("unlimited")) + ")"
                                      : "; the hard limit is no higher: raise it in limits.conf or grant CAP_IPC_LOCK";
   if (consumers == 0) return {Level::fail, text + raise};
   if (pairs == 0) return {Level::warn, text + raise};
@@ -977,9 +977,9 @@ inline std::string render_text(const Report& r) {
   t.kv("Mems_allowed", r.process.mems_allowed.empty() ? std::string("unreadable") : r.process.mems_allowed);
 
   t.section("memlock");
-  t.kv("RLIMIT_MEMLOCK", "soft " + limit_phrase(r.memlock.state.soft_limit) + ", hard " + limit_phrase(r.memlock.hard));
+  t.kv("RLIMIT_MEMLOCK", "soft " + limit_phrase(r.memlock.state.soft_limit) + ", hard " + limit_phrase(r.memlock.state.hard_limit));
   t.kv("CAP_IPC_LOCK", r.memlock.state.cap_ipc_lock ? "yes (limit not enforced)" : "no");
-  t.kv("VmLck", format_bytes(r.memlock.vm_lck));
+  t.kv("VmLck", format_bytes(r.memlock.state.locked));
   t.kv("VmPin", format_bytes(r.memlock.state.pinned));
 
   t.section("IOMMU");
@@ -1037,29 +1037,23 @@ inline std::string render_json(const Report& r) {
   const auto opt_b = [](JsonWriter& w, bool v) { w.boolean(v); };
   j.begin_object();
   j.key("tool").string("rdmaring-doctor");
-  j.key("device_filter");
-  if (r.filter.empty()) j.null(); else j.string(r.filter);
+  j.key("device_filter").string_or_null(r.filter);
   j.key("usable_devices").unsigned_number(r.usable_count());
-  j.key("error");
-  if (r.device_error.empty()) j.null(); else j.string(r.device_error);
+  j.key("error").string_or_null(r.device_error);
   j.key("ring_bytes").unsigned_number(r.ring_bytes);
   j.key("devices").begin_array();
   for (const DeviceFacts& d : r.devices) {
     j.begin_object();
     j.key("name").string(d.name);
     j.key("usable").boolean(d.usable());
-    j.key("error");
-    if (d.error.empty()) j.null(); else j.string(d.error);
+    j.key("error").string_or_null(d.error);
     j.key("node_guid").string(d.node_guid);
     j.key("node_type").string(d.node_type);
     j.key("transport").string(d.transport);
     j.key("software").boolean(d.software());
-    j.key("parent_netdev");
-    if (d.parent.empty()) j.null(); else j.string(d.parent);
-    j.key("bus_device");
-    if (d.bus_device.empty()) j.null(); else j.string(d.bus_device);
-    j.key("driver");
-    if (d.driver.empty()) j.null(); else j.string(d.driver);
+    j.key("parent_netdev").string_or_null(d.parent);
+    j.key("bus_device").string_or_null(d.bus_device);
+    j.key("driver").string_or_null(d.driver);
     j.key("ports").begin_array();
     for (const PortFacts& p : d.ports) {
       j.begin_object();
@@ -1070,16 +1064,14 @@ inline std::string render_json(const Report& r) {
       j.key("active_mtu").number(p.active_mtu);
       j.key("max_mtu").number(p.max_mtu);
       j.key("rate").string(p.rate);
-      j.key("netdev");
-      if (p.netdev.empty()) j.null(); else j.string(p.netdev);
+      j.key("netdev").string_or_null(p.netdev);
       j.key("netdev_mtu").optional(p.netdev_mtu, opt_i);
       j.key("gid_table_len").number(p.gid_table_len);
       j.key("gids").begin_array();
       for (const GidEntry& g : p.gids) {
         j.begin_object().key("index").number(g.index).key("gid").string(g.gid).key("type");
         if (g.type.empty()) j.null(); else j.string(g.type);
-        j.key("netdev");
-        if (g.netdev.empty()) j.null(); else j.string(g.netdev);
+        j.key("netdev").string_or_null(g.netdev);
         j.end_object();
       }
       j.end_array();
@@ -1131,12 +1123,9 @@ inline std::string render_json(const Report& r) {
     if (d.objects_error.empty()) j.null(); else j.string(d.objects_error);
     j.end_object();
     j.key("numa_node").optional(d.numa_node, opt_i);
-    j.key("numa_note");
-    if (d.numa_note.empty()) j.null(); else j.string(d.numa_note);
-    j.key("numa_cpus");
-    if (d.numa_cpus.empty()) j.null(); else j.string(d.numa_cpus);
-    j.key("iommu_group_type");
-    if (d.iommu_group_type.empty()) j.null(); else j.string(d.iommu_group_type);
+    j.key("numa_note").string_or_null(d.numa_note);
+    j.key("numa_cpus").string_or_null(d.numa_cpus);
+    j.key("iommu_group_type").string_or_null(d.iommu_group_type);
     j.key("pci_path").begin_array();
     for (const PciFunction& f : d.pci_path) j.begin_object().key("bdf").string(f.bdf).key("acs").string(f.acs).end_object();
     j.end_array();
@@ -1155,10 +1144,10 @@ inline std::string render_json(const Report& r) {
 
   j.key("memlock").begin_object();
   j.key("soft").optional(r.memlock.state.soft_limit, opt_u64);
-  j.key("hard").optional(r.memlock.hard, opt_u64);
+  j.key("hard").optional(r.memlock.state.hard_limit, opt_u64);
   j.key("unlimited").boolean(!r.memlock.state.soft_limit);
   j.key("cap_ipc_lock").boolean(r.memlock.state.cap_ipc_lock);
-  j.key("vm_lck").unsigned_number(r.memlock.vm_lck);
+  j.key("vm_lck").unsigned_number(r.memlock.state.locked);
   j.key("vm_pin").unsigned_number(r.memlock.state.pinned);
   j.end_object();
 

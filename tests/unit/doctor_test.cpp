@@ -157,7 +157,7 @@ TEST_CASE("memlock verdicts count a ring and the producer's mirror", "[doctor]")
                  Contains("a 1 MiB ring needs 1 MiB pinned per producer, twice with the producer's staging mirror"));
 
   m.state.soft_limit = 64 * 1024;
-  m.hard = 64 * 1024;
+  m.state.hard_limit = 64 * 1024;
   Verdict v = memlock_verdict(m, 1 << 20);
   CHECK(v.level == Level::fail);
   CHECK_THAT(v.text, Contains("65536 B (64 KiB)") && Contains("room for 0 consumer rings") && Contains("limits.conf"));
@@ -169,7 +169,7 @@ TEST_CASE("memlock verdicts count a ring and the producer's mirror", "[doctor]")
 
   // 1.5 MiB: one consumer ring fits, a producer and a consumer in one process do not.
   m.state.soft_limit = 3 << 19;
-  m.hard.reset();
+  m.state.hard_limit.reset();
   v = memlock_verdict(m, 1 << 20);
   CHECK(v.level == Level::warn);
   CHECK_THAT(v.text, Contains("room for 1 consumer ring,") && Contains("0 producer+consumer pairs") && Contains("ulimit -l"));

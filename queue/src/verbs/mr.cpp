@@ -34,8 +34,9 @@ std::uint64_t pinned_span(const void* addr, std::size_t length) {
 MemlockState read_memlock_state() {
   MemlockState state;
   rlimit lim{};
-  if (getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
-    state.soft_limit = lim.rlim_cur;
+  if (getrlimit(RLIMIT_MEMLOCK, &lim) == 0) {
+    if (lim.rlim_cur != RLIM_INFINITY) state.soft_limit = lim.rlim_cur;
+    if (lim.rlim_max != RLIM_INFINITY) state.hard_limit = lim.rlim_max;
   }
   std::ifstream status("/proc/self/status");
   for (std::string line; std::getline(status, line);) {
@@ -46,10 +47,10 @@ MemlockState read_memlock_state() {
       std::uint64_t caps = 0;
       fields >> std::hex >> caps;
       state.cap_ipc_lock = (caps >> kCapIpcLock) & 1U;
-    } else if (key == "VmPin:") {
+    } else if (key == "VmPin:" || key == "VmLck:") {
       std::uint64_t kib = 0;
       fields >> kib;
-      state.pinned = kib * 1024;
+      (key == "VmPin:" ? state.pinned : state.locked) = kib * 1024;
     }
   }
   return state;

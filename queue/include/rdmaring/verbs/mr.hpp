@@ -26,7 +26,9 @@ class ProtectionDomain;
 struct MemlockState {
   bool cap_ipc_lock = false;
   std::optional<std::uint64_t> soft_limit;  // bytes; nullopt = unlimited
-  std::uint64_t pinned = 0;                 // bytes
+  std::uint64_t pinned = 0;                 // bytes (VmPin: what registrations are charged to)
+  std::optional<std::uint64_t> hard_limit;  // bytes; nullopt = unlimited
+  std::uint64_t locked = 0;                 // bytes (VmLck: mlock(), not registrations)
 };
 
 // Reads the limit (getrlimit), CAP_IPC_LOCK (CapEff bit 14) and VmPin (/proc/self/status).
