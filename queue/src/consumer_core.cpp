@@ -113,8 +113,13 @@ Result<std::optional<DeliveredRecord>> ConsumerCore::next(Clock::time_point now)
 }
 
 Result<void> ConsumerCore::release(std::uint64_t end) {
-  if (end <= released_ || end > delivered_ || end % wire::kRecordAlign != 0)
-    return make_error(errc::invalid_argument, "release(" + std::to_string(end) + ") outside the delivered range (" +
+  // A partial release must end where a delivered record ends: a record header starts there.
+  // Anything else would hand the producer bytes the application may still be reading.
+  const bool boundary = end == delivered_ || (end % wire::kRecordAlign == 0 && end < delivered_ &&
+                                              wire::decode_record_header(ring_.subspan(geometry_.offset(end))
+                                                                             .first<wire::kRecordHeaderSize>()));
+  if (end <= released_ || end > delivered_ || !boundary)
+    return make_error(errc::invalid_argument, "release(" + std::to_string(end) + ") is not the end of a record delivered in (" +
                                                   std::to_string(released_) + ", " + std::to_string(delivered_) + "]");
   released_ = end;
   if (released_ == delivered_) released_ = delivered_ = head_;

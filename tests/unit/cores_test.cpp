@@ -236,3 +236,17 @@ TEST_CASE("record reader rejects lengths that run past the ring or the mark", "[
   CHECK(pad.span == 2048);
   CHECK(read_record(ring, g, 2048, 2048 + 1024).status == RecordView::Status::bad_length);
 }
+
+TEST_CASE("release takes only the end of a delivered record", "[core]") {
+  LoopbackFabric f(wire::PublishMode::imm, 4096, 1024);
+  for (std::uint64_t i = 0; i < 3; ++i) REQUIRE(f.producer->send(payload_for(i, 100), Clock::now()));
+  f.flush();
+  f.deliver_publishes();
+  std::vector<DeliveredRecord> got;
+  for (int i = 0; i < 3; ++i) got.push_back(*f.consumer.next(Clock::now()).value());
+  CHECK(f.consumer.release(got[0].end + 64).error() == errc::invalid_argument);  // inside a record
+  CHECK(f.consumer.release(got[2].end + 64).error() == errc::invalid_argument);  // beyond delivery
+  REQUIRE(f.consumer.release(got[1].end));
+  CHECK(f.consumer.release(got[0].end).error() == errc::invalid_argument);  // already released
+  REQUIRE(f.consumer.release(got[2].end));
+}

@@ -73,7 +73,7 @@ class ConsumerCore {
   // next one is not yet valid). Errors: protocol_violation.
   Result<std::optional<DeliveredRecord>> next(Clock::time_point now);
   // Releases every delivered record up to `end` (a DeliveredRecord::end). Errors:
-  // invalid_argument when `end` is not between the last release and the last delivery.
+  // invalid_argument when `end` is not the end of a record delivered since the last release.
   Result<void> release(std::uint64_t end);
 
   // A new connection for this ring, in epoch `epoch` (newer than the current one). Whatever was
