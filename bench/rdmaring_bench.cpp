@@ -41,8 +41,8 @@
 #include <vector>
 
 #include "bench_records.hpp"
-#include "rdmaring/consumer.hpp"
 #include "rdmaring/producer.hpp"
+#include "rdmaring/ring_owner.hpp"
 
 namespace {
 
@@ -197,27 +197,27 @@ void write_json(const Options& o, const std::map<std::string, std::string>* cons
 }
 
 int run_consumer(const Options& o) {
-  ConsumerOptions co;
+  RingOwnerOptions co;
   co.address = o.address;
-  co.port = o.port;
+  co.control_port = o.port;
   co.ring_bytes = o.ring;
   co.max_record = o.max_record;
   co.mode = mode_of(o);
   co.relaxed_ordering = o.relaxed;
-  Consumer consumer = Consumer::listen(co);
+  co.max_sessions = 1;
+  const auto consumer = RingOwner::start(co);
   if (o.ready_fd >= 0) {
-    const std::string port = std::to_string(consumer.port()) + "\n";
+    const std::string port = std::to_string(consumer->control_port()) + "\n";
     if (write(o.ready_fd, port.data(), port.size()) < 0) return 1;
     close(o.ready_fd);
   }
-  consumer.accept();
   std::uint64_t expect = 0, bad = 0, bytes = 0;
   std::vector<std::byte> want(o.max_record + 8);
   const auto deadline = Clock::now() + Seconds(o.timeout_s);
   Clock::time_point first{}, last{};
   while (expect < o.records) {
-    const auto n = must(consumer.poll(
-                            [&](const DeliveredRecord& r) {
+    const auto n = must(consumer->poll(
+                            [&](const Delivery& r) {
                               const std::uint32_t len = size_of(o, expect);
                               fill(o, expect, std::span(want).first(len));
                               if (r.sequence != expect || r.payload.size() != len ||
@@ -237,20 +237,21 @@ int run_consumer(const Options& o) {
       if (o.slow_every && expect % o.slow_every < n) std::this_thread::sleep_for(std::chrono::microseconds(o.slow_us));
     }
     if (Clock::now() > deadline) {
-      std::cerr << "consumer: timed out at record " << expect << "; " << consumer.ledger_dump() << "\n";
+      std::cerr << "consumer: timed out at record " << expect << "; " << consumer->ledger_dump() << "\n";
       return 1;
     }
   }
-  // Keep answering credit requests until the producer has drained and left.
-  while (consumer.connected() && Clock::now() < deadline) must(consumer.poll([](const DeliveredRecord&) {}, 64), "poll");
-  const auto s = consumer.stats();
+  // Keep answering credit requests until the producer has drained and detached.
+  while (consumer->session_count() > 0 && Clock::now() < deadline) must(consumer->poll([](const Delivery&) {}, 64), "poll");
+  const auto s = consumer->stats();
+  const ConsumerCounters& core = s.rings;
   std::ostringstream line;
   line << "consumer records=" << expect << " bad=" << bad << " bytes=" << bytes
-            << " seconds=" << Seconds(last - first).count() << " publishes=" << s.core.publishes
-            << " credit_writes=" << s.core.credit_writes << " credit_requests=" << s.core.credit_requests
+            << " seconds=" << Seconds(last - first).count() << " publishes=" << core.publishes
+            << " credit_writes=" << core.credit_writes << " credit_requests=" << core.credit_requests
             << " recv_completions=" << s.recv_completions << " recv_posts=" << s.recv_posts
-            << " padding=" << s.core.padding_records << " not_ready=" << s.core.not_ready
-            << " torn_tail=" << s.core.torn_tail_reads;
+            << " padding=" << core.padding_records << " not_ready=" << core.not_ready
+            << " torn_tail=" << core.torn_tail_reads;
   std::cout << line.str() << std::endl;
   const auto m = fields(line.str());
   write_json(o, &m, nullptr, bad == 0);
@@ -320,14 +321,14 @@ Result<void> stream(const Options& o, Producer& producer, std::uint64_t& bytes) 
 int run_producer(const Options& o) {
   ProducerOptions po;
   po.address = o.address;
-  po.port = o.port;
-  Producer producer = Producer::connect(po);
+  po.control_port = o.port;
+  Producer producer = Producer::attach(po);
   const auto t0 = Clock::now();
   std::uint64_t bytes = 0;
   std::string latency;
   if (o.latency) latency = must(measure_latency(o, producer, bytes), "latency");
   else must(stream(o, producer, bytes), "send");
-  must(producer.close(std::chrono::duration_cast<std::chrono::nanoseconds>(Seconds(o.timeout_s))), "close");
+  must(producer.detach(std::chrono::duration_cast<std::chrono::nanoseconds>(Seconds(o.timeout_s))), "detach");
   const auto secs = Seconds(Clock::now() - t0).count();
   const auto s = producer.stats();
   const double n = static_cast<double>(o.records);

@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size < kRing) return 0;
   std::vector<std::byte> ring(reinterpret_cast<const std::byte*>(data), reinterpret_cast<const std::byte*>(data) + kRing);
   const auto geometry = RingGeometry::make(kRing, 2048).value();
-  ConsumerCore core(ring, geometry, wire::PublishMode::tail, 1, 0, ConsumerConfig{});
+  ConsumerCore core(ring, geometry, wire::PublishMode::tail, ResumePoint{}, 0, ConsumerConfig{});
   std::uint64_t last_head = 0;
   for (std::size_t at = kRing; at + 8 <= size; at += 8) {
     std::uint64_t mark;

@@ -15,14 +15,20 @@ Result<void> ConsumerConfig::validate() const {
 }
 
 ConsumerCore::ConsumerCore(std::span<const std::byte> ring, const RingGeometry& geometry, wire::PublishMode mode,
-                           std::uint64_t epoch, std::uint64_t next_sequence, const ConsumerConfig& config) noexcept
+                           const ResumePoint& start, std::uint64_t deliver_from, const ConsumerConfig& config) noexcept
     : ring_(ring),
       geometry_(geometry),
       mode_(mode),
-      epoch_(epoch),
+      epoch_(start.epoch),
       config_(config),
       sq_(config.sq_depth, config.signal_interval),
-      next_sequence_(next_sequence) {}
+      credited_(start.position),
+      released_(start.position),
+      delivered_(start.position),
+      head_(start.position),
+      published_(start.position),
+      next_sequence_(start.next_sequence),
+      deliver_from_(deliver_from) {}
 
 Error ConsumerCore::violation(std::string what) {
   if (!failure_) failure_ = make_error(errc::protocol_violation, std::move(what));
@@ -82,34 +88,43 @@ void ConsumerCore::skip(std::uint64_t span) {
 
 Result<std::optional<DeliveredRecord>> ConsumerCore::next(Clock::time_point now) {
   if (failure_) return *failure_;
-  if (head_ == published_) return std::optional<DeliveredRecord>{};
-  const RecordView r = read_record(ring_, geometry_, head_, published_);
-  const bool valid = (r.status == RecordView::Status::data || r.status == RecordView::Status::padding) &&
-                     r.sequence == next_sequence_;
-  if (!valid) {
-    const std::string what = "record at " + std::to_string(head_) + " (status " +
-                             std::to_string(static_cast<int>(r.status)) + ", sequence " + std::to_string(r.sequence) +
-                             ", expected " + std::to_string(next_sequence_) + ") below the publish mark " +
-                             std::to_string(published_);
-    if (mode_ == wire::PublishMode::imm) return violation(what);
-    // Tail mode: the tail write may have overtaken the payload (or a check saw it half placed).
-    ++counters_.not_ready;
-    if (!invalid_since_) invalid_since_ = now;
-    if (now - *invalid_since_ >= config_.ordering_grace) return violation(what + ", placement order violated");
-    return std::optional<DeliveredRecord>{};
+  // Padding and records below deliver_from are consumed in place; the loop goes on to the next.
+  while (head_ != published_) {
+    const RecordView r = read_record(ring_, geometry_, head_, published_);
+    const bool valid = (r.status == RecordView::Status::data || r.status == RecordView::Status::padding) &&
+                       r.sequence == next_sequence_;
+    if (!valid) {
+      const std::string what = "record at " + std::to_string(head_) + " (status " +
+                               std::to_string(static_cast<int>(r.status)) + ", sequence " + std::to_string(r.sequence) +
+                               ", expected " + std::to_string(next_sequence_) + ") below the publish mark " +
+                               std::to_string(published_);
+      if (mode_ == wire::PublishMode::imm) return violation(what);
+      // Tail mode: the tail write may have overtaken the payload (or a check saw it half placed).
+      ++counters_.not_ready;
+      if (!invalid_since_) invalid_since_ = now;
+      if (now - *invalid_since_ >= config_.ordering_grace) return violation(what + ", placement order violated");
+      return std::optional<DeliveredRecord>{};
+    }
+    invalid_since_.reset();
+    if (r.status == RecordView::Status::padding) {
+      ++counters_.padding_records;
+      skip(r.span);
+      continue;
+    }
+    if (r.sequence < deliver_from_) {
+      ++counters_.duplicates_dropped;
+      ++next_sequence_;
+      skip(r.span);
+      continue;
+    }
+    head_ += r.span;
+    delivered_ = head_;
+    ++next_sequence_;
+    ++counters_.records;
+    counters_.payload_bytes += r.payload.size();
+    return DeliveredRecord{r.payload, r.sequence, head_};
   }
-  invalid_since_.reset();
-  if (r.status == RecordView::Status::padding) {
-    ++counters_.padding_records;
-    skip(r.span);
-    return next(now);
-  }
-  head_ += r.span;
-  delivered_ = head_;
-  ++next_sequence_;
-  ++counters_.records;
-  counters_.payload_bytes += r.payload.size();
-  return DeliveredRecord{r.payload, r.sequence, head_};
+  return std::optional<DeliveredRecord>{};
 }
 
 Result<void> ConsumerCore::release(std::uint64_t end) {
@@ -166,6 +181,20 @@ void ConsumerCore::on_completion(std::uint64_t wr_id, bool success, int wc_statu
   sq_.retire_through(wr_id);
 }
 
+
+ConsumerCounters& ConsumerCounters::operator+=(const ConsumerCounters& o) noexcept {
+  records += o.records;
+  payload_bytes += o.payload_bytes;
+  padding_records += o.padding_records;
+  publishes += o.publishes;
+  credit_writes += o.credit_writes;
+  credit_requests += o.credit_requests;
+  torn_tail_reads += o.torn_tail_reads;
+  stale_epoch += o.stale_epoch;
+  not_ready += o.not_ready;
+  duplicates_dropped += o.duplicates_dropped;
+  return *this;
+}
 
 ConsumerLedger ConsumerCore::ledger() const noexcept {
   return ConsumerLedger{released_, credited_, delivered_, head_, published_, geometry_.bytes};

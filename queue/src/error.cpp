@@ -25,6 +25,13 @@ class Category final : public std::error_category {
       case errc::claim_open: return "a claim is already open";
       case errc::no_device: return "no RDMA device";
       case errc::invalid_argument: return "invalid argument";
+      case errc::unknown_session: return "unknown session";
+      case errc::bad_proof: return "session proof does not match";
+      case errc::no_capacity: return "ring owner has no capacity for another session";
+      case errc::ring_changed: return "ring geometry or mode changed";
+      case errc::control_failure: return "control channel failure";
+      case errc::owner_lost: return "ring owner lost";
+      case errc::closed: return "closed";
     }
     return "unknown rdmaring error";
   }

@@ -1,5 +1,6 @@
 #include "rdmaring/wire.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -100,68 +101,52 @@ std::optional<CreditRecord> decode_credit_record(std::span<const std::byte, kCre
                       get<std::uint32_t>(in, 24)};
 }
 
-std::array<std::byte, kConnectDataSize> encode(const ConnectData& c) noexcept {
-  std::array<std::byte, kConnectDataSize> out{};
+namespace {
+
+// The prefix both private-data formats share.
+template <std::size_t N>
+std::array<std::byte, N> stamped() noexcept {
+  std::array<std::byte, N> out{};
   put(std::span{out}, 0, kMagic);
   put(std::span{out}, 4, static_cast<std::uint16_t>(kVersion));
-  put(std::span{out}, 8, c.credit_addr);
-  put(std::span{out}, 16, c.credit_rkey);
-  put(std::span{out}, 6, c.flags);
-  put(std::span{out}, 24, c.epoch);
+  return out;
+}
+
+// rdma_cm may hand over more bytes than were sent (zero-padded): only the prefix counts.
+bool stamped(std::span<const std::byte> in, std::size_t size) noexcept {
+  return in.size() >= size && get<std::uint32_t>(in, 0) == kMagic && get<std::uint16_t>(in, 4) == kVersion &&
+         get<std::uint16_t>(in, 6) == 0;
+}
+
+}  // namespace
+
+std::array<std::byte, kConnectDataSize> encode(const ConnectData& c) noexcept {
+  auto out = stamped<kConnectDataSize>();
+  put(std::span{out}, 8, c.session);
+  put(std::span{out}, 16, c.epoch);
+  std::copy(c.proof.begin(), c.proof.end(), out.begin() + 24);
+  put(std::span{out}, 40, c.credit_addr);
+  put(std::span{out}, 48, c.credit_rkey);
   return out;
 }
 
 std::optional<ConnectData> decode_connect_data(std::span<const std::byte> in) noexcept {
-  // rdma_cm may hand over more bytes than were sent (zero-padded): only the prefix counts.
-  if (in.size() < kConnectDataSize) return std::nullopt;
-  if (get<std::uint32_t>(in, 0) != kMagic || get<std::uint16_t>(in, 4) != kVersion) return std::nullopt;
-  const auto flags = get<std::uint16_t>(in, 6);
-  if ((flags & ~kConnectResume) != 0 || get<std::uint32_t>(in, 20) != 0) return std::nullopt;
-  return ConnectData{get<std::uint64_t>(in, 8), get<std::uint32_t>(in, 16), flags, get<std::uint64_t>(in, 24)};
+  if (!stamped(in, kConnectDataSize)) return std::nullopt;
+  ConnectData c{get<std::uint64_t>(in, 8), get<std::uint64_t>(in, 16), {}, get<std::uint64_t>(in, 40),
+                get<std::uint32_t>(in, 48)};
+  std::copy_n(in.begin() + 24, kProofSize, c.proof.begin());
+  return c;
 }
 
 std::array<std::byte, kAcceptDataSize> encode(const AcceptData& a) noexcept {
-  std::array<std::byte, kAcceptDataSize> out{};
-  const std::span<std::byte> o{out};
-  put(o, 0, kMagic);
-  put(o, 4, static_cast<std::uint16_t>(kVersion));
-  put(o, 6, static_cast<std::uint8_t>(a.mode));
-  put(o, 7, a.flags);
-  put(o, 8, a.ring_addr);
-  put(o, 16, a.ring_rkey);
-  put(o, 20, a.max_record);
-  put(o, 24, a.ring_bytes);
-  put(o, 32, a.tail_addr);
-  put(o, 40, a.tail_rkey);
-  put(o, 48, a.epoch);
-  put(o, 56, a.next_sequence);
-  put(o, 64, a.position);
-  put(o, 72, a.released);
+  auto out = stamped<kAcceptDataSize>();
+  put(std::span{out}, 8, a.epoch);
   return out;
 }
 
 std::optional<AcceptData> decode_accept_data(std::span<const std::byte> in) noexcept {
-  if (in.size() < kAcceptDataSize) return std::nullopt;
-  if (get<std::uint32_t>(in, 0) != kMagic || get<std::uint16_t>(in, 4) != kVersion) return std::nullopt;
-  const auto mode = get<std::uint8_t>(in, 6);
-  if (mode != static_cast<std::uint8_t>(PublishMode::imm) && mode != static_cast<std::uint8_t>(PublishMode::tail))
-    return std::nullopt;
-  if ((get<std::uint8_t>(in, 7) & ~kAcceptRelaxedOrdering) != 0 || get<std::uint32_t>(in, 44) != 0) return std::nullopt;
-  AcceptData a;
-  a.mode = static_cast<PublishMode>(mode);
-  a.flags = get<std::uint8_t>(in, 7);
-  a.ring_addr = get<std::uint64_t>(in, 8);
-  a.ring_rkey = get<std::uint32_t>(in, 16);
-  a.max_record = get<std::uint32_t>(in, 20);
-  a.ring_bytes = get<std::uint64_t>(in, 24);
-  a.tail_addr = get<std::uint64_t>(in, 32);
-  a.tail_rkey = get<std::uint32_t>(in, 40);
-  a.epoch = get<std::uint64_t>(in, 48);
-  a.next_sequence = get<std::uint64_t>(in, 56);
-  a.position = get<std::uint64_t>(in, 64);
-  a.released = get<std::uint64_t>(in, 72);
-  if (a.released > a.position || a.position % kRecordAlign != 0 || a.released % kRecordAlign != 0) return std::nullopt;
-  return a;
+  if (!stamped(in, kAcceptDataSize)) return std::nullopt;
+  return AcceptData{get<std::uint64_t>(in, 8)};
 }
 
 }  // namespace rdmaring::wire

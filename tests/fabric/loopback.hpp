@@ -25,7 +25,7 @@ class LoopbackFabric {
         ring_(ring_bytes),
         producer_config_(pc),
         producer(std::in_place, staging_, PeerRing{mode, geometry_, {}}, pc),
-        consumer(ring_, geometry_, mode, 1, 0, cc) {}
+        consumer(ring_, geometry_, mode, ResumePoint{}, 0, cc) {}
 
   // Posts what the producer has waiting (if anything) and places it at once unless held. On a
   // dropped connection the batch fails the way a QP in the error state fails it.

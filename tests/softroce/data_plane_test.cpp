@@ -1,17 +1,27 @@
 // The data plane on a real verbs device: two processes (rdmaring-bench pair) streaming verified
-// records in both publish modes, and the refusals a user meets at the API.
+// records in both publish modes, and the refusals a user meets at the API: RingOwner::start
+// refuses what its options forbid up front, and a ring the owner cannot register at a
+// producer's attach (ODP, RLIMIT_MEMLOCK) is a refused attach that says why.
 #include <catch2/catch.hpp>
+
+#include <linux/capability.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <future>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
-#include "rdmaring/consumer.hpp"
 #include "device_address.hpp"
 #include "rdmaring/producer.hpp"
+#include "rdmaring/ring_owner.hpp"
+#include "rdmaring/verbs/mr.hpp"
 
 using namespace rdmaring;
 
@@ -71,6 +81,35 @@ void check_stream(const std::string& mode) {
   CHECK(num(run.producer, "signaled") < 1000000 / 50);
 }
 
+// Lowers what the process may pin for one test and restores it afterwards: the effective
+// CAP_IPC_LOCK (root in the guest has it, and it would bypass the limit) and the soft
+// RLIMIT_MEMLOCK. Capabilities are per thread: construct it before the RingOwner, whose control
+// thread (where rings are registered) inherits the lowered set.
+class MemlockSandbox {
+ public:
+  explicit MemlockSandbox(std::uint64_t soft_limit) {
+    REQUIRE(getrlimit(RLIMIT_MEMLOCK, &saved_limit_) == 0);
+    REQUIRE(syscall(SYS_capget, &header_, saved_caps_) == 0);
+    __user_cap_data_struct lowered[2] = {saved_caps_[0], saved_caps_[1]};
+    lowered[CAP_TO_INDEX(CAP_IPC_LOCK)].effective &= ~CAP_TO_MASK(CAP_IPC_LOCK);
+    REQUIRE(syscall(SYS_capset, &header_, lowered) == 0);
+    rlimit lim = saved_limit_;
+    lim.rlim_cur = soft_limit;
+    REQUIRE(setrlimit(RLIMIT_MEMLOCK, &lim) == 0);
+  }
+  ~MemlockSandbox() {
+    setrlimit(RLIMIT_MEMLOCK, &saved_limit_);
+    syscall(SYS_capset, &header_, saved_caps_);
+  }
+  MemlockSandbox(const MemlockSandbox&) = delete;
+  MemlockSandbox& operator=(const MemlockSandbox&) = delete;
+
+ private:
+  rlimit saved_limit_{};
+  __user_cap_header_struct header_{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct saved_caps_[2]{};
+};
+
 }  // namespace
 
 TEST_CASE("imm mode: a million mixed records, verified, in order, through a wrapping ring", "[softroce][data]") {
@@ -103,13 +142,13 @@ TEST_CASE("relaxed ordering on the payload MR works in imm mode", "[softroce][da
 }
 
 TEST_CASE("relaxed ordering with tail mode is refused, saying why", "[softroce][data]") {
-  ConsumerOptions o;
+  RingOwnerOptions o;
   o.address = device_address();
   o.mode = wire::PublishMode::tail;
   o.relaxed_ordering = true;
   try {
-    (void)Consumer::listen(o);
-    FAIL("listen accepted relaxed ordering with tail mode");
+    (void)RingOwner::start(o);
+    FAIL("RingOwner::start accepted relaxed ordering with tail mode");
   } catch (const SetupError& e) {
     CHECK(e.error() == errc::relaxed_ordering_refused);
     CHECK_THAT(e.what(), Catch::Contains("land before the payload"));
@@ -117,17 +156,17 @@ TEST_CASE("relaxed ordering with tail mode is refused, saying why", "[softroce][
 }
 
 TEST_CASE("over one connection: zero-copy claim, a record too large, a blocking send", "[softroce][data]") {
-  ConsumerOptions co;
-  co.address = device_address();
-  co.ring_bytes = 8192;
-  co.max_record = 4096;
-  Consumer consumer = Consumer::listen(co);
-  auto accepted = std::async(std::launch::async, [&] { consumer.accept(); });
+  RingOwnerOptions oo;
+  oo.address = device_address();
+  oo.ring_bytes = 8192;
+  oo.max_record = 4096;
+  const auto owner = RingOwner::start(oo);
   ProducerOptions po;
-  po.address = co.address;
-  po.port = consumer.port();
-  Producer producer = Producer::connect(po);
-  accepted.get();
+  po.address = oo.address;
+  po.control_port = owner->control_port();
+  // The owner's control thread answers the attach and admits the QP: nobody polls yet.
+  Producer producer = Producer::attach(po);
+  CHECK(owner->session_count() == 1);
 
   std::vector<std::byte> big(4097);
   auto r = producer.send(big);
@@ -141,16 +180,24 @@ TEST_CASE("over one connection: zero-copy claim, a record too large, a blocking 
   REQUIRE(producer.commit(10));
   std::vector<std::byte> full(4096, std::byte{7});
   // Two 4 KiB records do not fit in 8 KiB with their headers: the second blocks until the
-  // consumer below releases the first, then goes through.
+  // owner below releases the first, then goes through.
   REQUIRE(producer.send(full, std::chrono::seconds(5)));
   REQUIRE(producer.flush());
 
   std::vector<std::size_t> sizes;
-  // Catch2 assertions are not thread-safe: the consumer thread reports, the test asserts.
+  std::vector<std::uint64_t> sequences;
+  std::set<SessionId> sessions;
+  // Catch2 assertions are not thread-safe: the polling thread reports, the test asserts.
   auto consume = std::async(std::launch::async, [&]() -> std::string {
     const auto deadline = Clock::now() + std::chrono::seconds(20);
     while (sizes.size() < 3 && Clock::now() < deadline) {
-      auto n = consumer.poll([&](const DeliveredRecord& d) { sizes.push_back(d.payload.size()); }, 16);
+      auto n = owner->poll(
+          [&](const Delivery& d) {
+            sizes.push_back(d.payload.size());
+            sequences.push_back(d.sequence);
+            sessions.insert(d.session);
+          },
+          16);
       if (!n) return n.error().message();
     }
     return {};
@@ -160,28 +207,83 @@ TEST_CASE("over one connection: zero-copy claim, a record too large, a blocking 
   REQUIRE(producer.flush());
   CHECK(consume.get().empty());
   CHECK(sizes == std::vector<std::size_t>{10, 4096, 4096});
+  CHECK(sequences == std::vector<std::uint64_t>{0, 1, 2});
+  CHECK(sessions == std::set<SessionId>{producer.credentials().session});
   CHECK(producer.stats().core.would_block > 0);
+
+  // detach() drains first, and the owner writes the credit that drain waits for from poll():
+  // keep polling until the session is gone.
+  std::uint64_t late = 0;
+  auto polling = std::async(std::launch::async, [&]() -> std::string {
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (owner->session_count() > 0 && Clock::now() < deadline) {
+      auto n = owner->poll([&](const Delivery&) { ++late; }, 16);
+      if (!n) return n.error().message();
+    }
+    return owner->session_count() == 0 ? std::string() : "the session outlived the detach";
+  });
+  const auto detached = producer.detach(std::chrono::seconds(10));
+  INFO("detach: " << (detached ? std::string("ok") : detached.error().message()));
+  CHECK(detached);
+  CHECK(polling.get().empty());
+  CHECK(late == 0);
+  CHECK(owner->session_count() == 0);
+  const RingOwnerStats s = owner->stats();
+  INFO(owner->ledger_dump());
+  CHECK(s.per_session.empty());  // the ring is freed with the session
+  CHECK(s.sessions.attaches == 1);
+  CHECK(s.sessions.detaches == 1);
+  CHECK(s.rings.records == 3);  // the closed ring's counters are kept
+  CHECK(s.error_completions == 0);
 }
 
 TEST_CASE("a ring registered with on-demand paging is refused where the device has none", "[softroce][data]") {
-  ConsumerOptions co;
-  co.address = device_address();
-  co.on_demand_paging = true;
-  co.accept_timeout = std::chrono::seconds(10);
-  Consumer consumer = Consumer::listen(co);
-  auto accepted = std::async(std::launch::async, [&]() -> std::string {
-    try {
-      consumer.accept();
-      return "accepted";
-    } catch (const SetupError& e) {
-      return std::string(e.error() == errc::odp_unsupported ? "odp_unsupported: " : "other: ") + e.what();
-    }
-  });
+  RingOwnerOptions oo;
+  oo.address = device_address();
+  oo.on_demand_paging = true;
+  // Rings are registered per session, at attach: the owner starts.
+  const auto owner = RingOwner::start(oo);
   ProducerOptions po;
-  po.address = co.address;
-  po.port = consumer.port();
+  po.address = oo.address;
+  po.control_port = owner->control_port();
   po.connect_timeout = std::chrono::seconds(5);
-  CHECK_THROWS_AS(Producer::connect(po), SetupError);  // the consumer never accepts
-  const std::string what = accepted.get();
-  CHECK_THAT(what, Catch::StartsWith("odp_unsupported: "));
+  try {
+    (void)Producer::attach(po);
+    FAIL("attach granted a ring registered with ODP on a device without it");
+  } catch (const SetupError& e) {
+    INFO(e.what());
+    // The owner could not register the session's ring: a refused attach, naming the reason
+    // (mr.cpp's odp_unsupported message, carried in the refusal's text).
+    CHECK(e.error() == errc::no_capacity);
+    CHECK_THAT(e.what(), Catch::Contains("on-demand paging requested") &&
+                             Catch::Contains("does not support ODP for RC RDMA WRITE"));
+  }
+  CHECK(owner->session_count() == 0);
+  CHECK(owner->stats().per_session.empty());
+}
+
+TEST_CASE("a ring beyond RLIMIT_MEMLOCK is refused at attach, saying why", "[softroce][data]") {
+  constexpr std::uint64_t kRing = 16 << 20;
+  // Room for 1 MiB more than is pinned now: far less than the ring. Before the owner starts, so
+  // that its control thread is held to it too.
+  const MemlockSandbox sandbox(verbs::read_memlock_state().pinned + (1 << 20));
+  REQUIRE_FALSE(verbs::read_memlock_state().cap_ipc_lock);
+  RingOwnerOptions oo;
+  oo.address = device_address();
+  oo.ring_bytes = kRing;
+  const auto owner = RingOwner::start(oo);
+  ProducerOptions po;
+  po.address = oo.address;
+  po.control_port = owner->control_port();
+  po.connect_timeout = std::chrono::seconds(5);
+  try {
+    (void)Producer::attach(po);
+    FAIL("attach granted a ring beyond RLIMIT_MEMLOCK");
+  } catch (const SetupError& e) {
+    INFO(e.what());
+    CHECK(e.error() == errc::no_capacity);
+    CHECK_THAT(e.what(), Catch::Contains("RLIMIT_MEMLOCK is") && Catch::Contains("raise it"));
+  }
+  CHECK(owner->session_count() == 0);
+  CHECK(owner->stats().per_session.empty());
 }

@@ -1,7 +1,9 @@
 #include <catch2/catch.hpp>
+#include <vector>
 
 #include "rdmaring/checksum.hpp"
 #include "rdmaring/ring_geometry.hpp"
+#include "rdmaring/ring_owner.hpp"
 #include "rdmaring/wire.hpp"
 
 using namespace rdmaring;
@@ -76,37 +78,33 @@ TEST_CASE("tail and credit records round-trip and detect tearing", "[wire]") {
 }
 
 TEST_CASE("connect and accept private data round-trip and reject foreign bytes", "[wire]") {
-  const auto cd = wire::encode(wire::ConnectData{0x7f0000001000, 0x1234, wire::kConnectResume, 9});
+  wire::ConnectData c{0x1122334455667788, 9, {}, 0x7f0000001000, 0x1234};
+  c.proof[0] = std::byte{0xAB};
+  c.proof[15] = std::byte{0xCD};
+  auto cd = wire::encode(c);
+  static_assert(wire::kConnectDataSize <= 56, "RC connect private data holds 56 bytes");
   auto d = wire::decode_connect_data(cd);
   REQUIRE(d);
-  CHECK(d->flags == wire::kConnectResume);
+  CHECK(d->session == 0x1122334455667788);
   CHECK(d->epoch == 9);
+  CHECK(d->proof == c.proof);
   CHECK(d->credit_addr == 0x7f0000001000);
   CHECK(d->credit_rkey == 0x1234);
-  CHECK_FALSE(wire::decode_connect_data(std::span{cd}.first(10)));
+  CHECK_FALSE(wire::decode_connect_data(std::span{cd}.first(51)));
+  std::vector<std::byte> padded(cd.begin(), cd.end());
+  padded.resize(56);  // rdma_cm pads private data with zeros
+  CHECK(wire::decode_connect_data(padded));
+  cd[6] = std::byte{1};  // reserved bits set
+  CHECK_FALSE(wire::decode_connect_data(cd));
+  cd[6] = std::byte{0};
+  cd[4] = std::byte{1};  // version 1
+  CHECK_FALSE(wire::decode_connect_data(cd));
 
-  wire::AcceptData a;
-  a.mode = wire::PublishMode::tail;
-  a.ring_addr = 1;
-  a.ring_rkey = 2;
-  a.max_record = 3;
-  a.ring_bytes = 4096;
-  a.tail_addr = 5;
-  a.tail_rkey = 6;
-  a.epoch = 7;
-  a.next_sequence = 8;
-  a.position = 640;
-  a.released = 128;
-  auto ab = wire::encode(a);
+  auto ab = wire::encode(wire::AcceptData{7});
   auto da = wire::decode_accept_data(ab);
   REQUIRE(da);
-  CHECK(da->mode == wire::PublishMode::tail);
-  CHECK(da->ring_bytes == 4096);
-  CHECK(da->tail_rkey == 6);
-  CHECK(da->next_sequence == 8);
-  CHECK(da->position == 640);
-  CHECK(da->released == 128);
-  ab[6] = std::byte{9};  // unknown mode
+  CHECK(da->epoch == 7);
+  ab[0] = std::byte{0};  // not our magic
   CHECK_FALSE(wire::decode_accept_data(ab));
 }
 
@@ -123,10 +121,8 @@ TEST_CASE("ring geometry refuses sizes that are not powers of two or too small",
   CHECK(RingGeometry::make(4096, 4096 - 64));
 }
 
-#include "rdmaring/consumer.hpp"
-
-TEST_CASE("consumer options: relaxed ordering is refused with tail mode, allowed with imm", "[config]") {
-  ConsumerOptions o;
+TEST_CASE("ring owner options: relaxed ordering is refused with tail mode, allowed with imm", "[config]") {
+  RingOwnerOptions o;
   o.address = "169.254.0.1";
   o.mode = wire::PublishMode::tail;
   o.relaxed_ordering = true;
@@ -138,4 +134,10 @@ TEST_CASE("consumer options: relaxed ordering is refused with tail mode, allowed
   CHECK(o.validate());
   o.ring_bytes = 5000;
   CHECK(o.validate().error() == errc::bad_config);
+  o.ring_bytes = 1 << 20;
+  o.max_sessions = 0;
+  CHECK(o.validate().error() == errc::bad_config);
+  o.max_sessions = 1;
+  o.address.clear();
+  CHECK_THAT(o.validate().error().message(), Catch::Contains("no address"));
 }

@@ -9,4 +9,14 @@ namespace rdmaring {
 
 std::uint32_t crc32c(std::span<const std::byte> bytes) noexcept;
 
+// The implementations crc32c chooses between, declared for tests and benchmarks.
+namespace detail {
+
+std::uint32_t crc32c_portable(std::span<const std::byte> bytes) noexcept;
+#if defined(__x86_64__)
+// Executes the SSE4.2 crc32 instruction unconditionally: call only where the CPU has it.
+std::uint32_t crc32c_sse42(std::span<const std::byte> bytes) noexcept;
+#endif
+
+}  // namespace detail
 }  // namespace rdmaring

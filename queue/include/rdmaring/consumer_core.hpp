@@ -54,14 +54,20 @@ struct ConsumerCounters {
   std::uint64_t torn_tail_reads = 0;
   std::uint64_t stale_epoch = 0;          // publishes from another epoch, ignored
   std::uint64_t not_ready = 0;            // tail mode: polls that found a published record failing its checks
+  std::uint64_t duplicates_dropped = 0;   // records below deliver_from, consumed without delivery
+
+  ConsumerCounters& operator+=(const ConsumerCounters& o) noexcept;
 };
 
 class ConsumerCore {
  public:
-  // Assumes ring.size() == geometry.bytes and `config` validated. `next_sequence` is the first
-  // sequence to deliver.
+  // Assumes ring.size() == geometry.bytes and `config` validated. The first record starts at
+  // start.position (released up to there) with sequence start.next_sequence. Records below
+  // `deliver_from` are consumed without delivery and counted as duplicates: an owner restored
+  // after a restart has delivered them already (its application's durable record says so), and
+  // the producer, which cannot know, sends them again.
   ConsumerCore(std::span<const std::byte> ring, const RingGeometry& geometry, wire::PublishMode mode,
-               std::uint64_t epoch, std::uint64_t next_sequence, const ConsumerConfig& config) noexcept;
+               const ResumePoint& start, std::uint64_t deliver_from, const ConsumerConfig& config) noexcept;
 
   // Mode imm: a receive completion's immediate. Errors: protocol_violation (tail out of range,
   // wrong epoch bits); the connection's error once broken.
@@ -103,12 +109,13 @@ class ConsumerCore {
   ConsumerConfig config_;
   SendQueueBudget sq_;
 
-  std::uint64_t credited_ = 0;
-  std::uint64_t released_ = 0;
-  std::uint64_t delivered_ = 0;
-  std::uint64_t head_ = 0;
-  std::uint64_t published_ = 0;
+  std::uint64_t credited_;
+  std::uint64_t released_;
+  std::uint64_t delivered_;
+  std::uint64_t head_;
+  std::uint64_t published_;
   std::uint64_t next_sequence_;
+  std::uint64_t deliver_from_;
   std::uint32_t credit_requests_seen_ = 0;
   bool credit_asked_ = false;
   std::array<std::byte, wire::kTailRecordSize> last_tail_{};  // polled often, decoded when it changes

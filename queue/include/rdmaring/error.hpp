@@ -32,6 +32,13 @@ enum class errc {
   claim_open,               // a second claim(), or send() while a claim is open
   no_device,                // no verbs device to open
   invalid_argument,         // a call's argument is outside what the call accepts
+  unknown_session,          // a session the ring owner does not know (never attached, closed, expired)
+  bad_proof,                // a session proof that does not match the session secret
+  no_capacity,              // the ring owner's session limit is reached
+  ring_changed,             // the ring owner restarted with another ring geometry or mode
+  control_failure,          // the control channel failed (connection refused or cut, malformed message)
+  owner_lost,               // the ring owner stopped answering heartbeats: recover() when it is back
+  closed,                   // the object was stopped; it takes no more work
 };
 
 const std::error_category& rdmaring_category() noexcept;

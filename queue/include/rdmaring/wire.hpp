@@ -15,7 +15,7 @@
 
 namespace rdmaring::wire {
 
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2;
 
 // ---- Records in the ring ------------------------------------------------------------------
 // Every record starts on a 64-byte boundary: a 24-byte header, the payload, fill (content
@@ -112,41 +112,31 @@ inline constexpr std::uint32_t kMagic = 0x474e5252;  // "RRNG"
 
 enum class PublishMode : std::uint8_t { imm = 1, tail = 2 };
 
-// Producer -> consumer, in the connect request (RC private data is at most 56 bytes).
-// Layout: [0,4) magic, [4,6) version, [6,8) flags (bit 0: resume), [8,16) credit_addr,
-// [16,20) credit_rkey, [20,24) reserved, [24,32) epoch (resume: the epoch the producer was in;
-// anything but the consumer's current epoch is refused, so a replayed request cannot resume).
-inline constexpr std::size_t kConnectDataSize = 32;
-inline constexpr std::uint16_t kConnectResume = 1;
+// Producer -> ring owner, in the connect request (RC private data is at most 56 bytes). The
+// ring itself was granted over the control channel (control/ring_service.capnp); the request
+// names the session and epoch the QP is for, with a proof that the producer holds the session
+// secret (protocol-spec/sessions.md), and where this connection's credit write-backs go (the
+// producer's credit MR: a restarted producer has a new one). The owner admits it for the
+// session's current epoch only.
+// Layout: [0,4) magic, [4,6) version, [6,8) reserved = 0, [8,16) session, [16,24) epoch,
+//         [24,40) proof, [40,48) credit_addr, [48,52) credit_rkey.
+inline constexpr std::size_t kProofSize = 16;
+inline constexpr std::size_t kConnectDataSize = 52;
 struct ConnectData {
+  std::uint64_t session = 0;
+  std::uint64_t epoch = 0;
+  std::array<std::byte, kProofSize> proof{};
   std::uint64_t credit_addr = 0;
   std::uint32_t credit_rkey = 0;
-  std::uint16_t flags = 0;
-  std::uint64_t epoch = 0;
 };
 std::array<std::byte, kConnectDataSize> encode(const ConnectData& c) noexcept;
 std::optional<ConnectData> decode_connect_data(std::span<const std::byte> in) noexcept;
 
-// Consumer -> producer, in the accept (at most 196 bytes).
-// Layout: [0,4) magic, [4,6) version, [6,7) mode, [7,8) flags (bit 0: payload MR uses relaxed
-// ordering), [8,16) ring_addr, [16,20) ring_rkey, [20,24) max_record, [24,32) ring_bytes,
-// [32,40) tail_addr, [40,44) tail_rkey, [44,48) reserved, [48,56) epoch, [56,64) next_sequence,
-// [64,72) position, [72,80) released: the ResumePoint the producer continues from.
-inline constexpr std::size_t kAcceptDataSize = 80;
-inline constexpr std::uint8_t kAcceptRelaxedOrdering = 1;
+// Ring owner -> producer, in the accept: the epoch the QP was admitted for.
+// Layout: [0,4) magic, [4,6) version, [6,8) reserved = 0, [8,16) epoch.
+inline constexpr std::size_t kAcceptDataSize = 16;
 struct AcceptData {
-  PublishMode mode = PublishMode::imm;
-  std::uint8_t flags = 0;
-  std::uint64_t ring_addr = 0;
-  std::uint32_t ring_rkey = 0;
-  std::uint32_t max_record = 0;
-  std::uint64_t ring_bytes = 0;
-  std::uint64_t tail_addr = 0;   // mode tail only
-  std::uint32_t tail_rkey = 0;   // mode tail only
   std::uint64_t epoch = 0;
-  std::uint64_t next_sequence = 0;  // the sequence of the record at `position`
-  std::uint64_t position = 0;       // the consumer's read head
-  std::uint64_t released = 0;       // the producer may write below this
 };
 std::array<std::byte, kAcceptDataSize> encode(const AcceptData& a) noexcept;
 std::optional<AcceptData> decode_accept_data(std::span<const std::byte> in) noexcept;

@@ -68,10 +68,11 @@ Context CmId::context() const {
   return Context::borrow(id_->verbs);
 }
 
-void CmId::resolve(const std::string& addr, std::uint16_t port, milliseconds timeout) {
+void CmId::resolve(const std::string& addr, std::uint16_t port, milliseconds timeout, const std::string& source) {
   const AddrinfoPtr dst = lookup(addr, port, 0);
+  const AddrinfoPtr src = source.empty() ? nullptr : lookup(source, 0, AI_PASSIVE);
   const int timeout_ms = static_cast<int>(timeout.count());
-  if (rdma_resolve_addr(id_.get(), nullptr, dst->ai_addr, timeout_ms) != 0) {
+  if (rdma_resolve_addr(id_.get(), src ? src->ai_addr : nullptr, dst->ai_addr, timeout_ms) != 0) {
     throw_verbs("rdma_resolve_addr", describe_sockaddr(dst->ai_addr), errno);
   }
   expect_event(id_.get(), RDMA_CM_EVENT_ADDR_RESOLVED, "rdma_resolve_addr", describe(), timeout);
@@ -92,27 +93,22 @@ void CmId::bind_and_listen(const std::string& addr, std::uint16_t port, int back
 std::uint16_t CmId::local_port() const noexcept { return ntohs(rdma_get_src_port(id_.get())); }
 
 ConnectRequest CmId::next_request(milliseconds timeout) {
-  // Declared before the event so that it is destroyed after it: rdma_destroy_id on the new id
-  // waits until its CONNECT_REQUEST is acked.
-  std::optional<CmId> adopted;
-  CmEvent request =
-      expect_event(id_.get(), RDMA_CM_EVENT_CONNECT_REQUEST, "rdma_listen", describe(), timeout);
-  adopted.emplace(CmId(request.id()));
-  std::vector<std::byte> private_data = request.copy_private_data();
-  return ConnectRequest{std::move(*adopted), std::move(private_data)};
+  return adopt_request(
+      expect_event(id_.get(), RDMA_CM_EVENT_CONNECT_REQUEST, "rdma_listen", describe(), timeout));
+}
+
+ConnectRequest CmId::adopt_request(const CmEvent& request) {
+  return ConnectRequest{CmId(request.id()), request.copy_private_data()};
 }
 
 Result<std::optional<ConnectRequest>> CmId::poll_request() {
-  std::optional<CmId> adopted;  // destroyed after the event, as in next_request()
   auto event = next_event(id_->channel, milliseconds(0));
   if (!event) {
     if (event.error() == errc::timed_out) return std::optional<ConnectRequest>{};
     return std::move(event).error();
   }
   if (event.value().type() != RDMA_CM_EVENT_CONNECT_REQUEST) return std::optional<ConnectRequest>{};
-  adopted.emplace(CmId(event.value().id()));
-  std::vector<std::byte> private_data = event.value().copy_private_data();
-  return std::optional<ConnectRequest>{ConnectRequest{std::move(*adopted), std::move(private_data)}};
+  return std::optional<ConnectRequest>{adopt_request(event.value())};
 }
 
 void CmId::migrate(const EventChannel& channel) {
@@ -127,9 +123,13 @@ std::vector<std::byte> CmId::connect(const rdma_conn_param& param, milliseconds 
 }
 
 void CmId::accept(const rdma_conn_param& param, milliseconds timeout) {
+  start_accept(param);
+  expect_event(id_.get(), RDMA_CM_EVENT_ESTABLISHED, "rdma_accept", describe(), timeout);
+}
+
+void CmId::start_accept(const rdma_conn_param& param) {
   rdma_conn_param p = param;
   if (rdma_accept(id_.get(), &p) != 0) throw_verbs("rdma_accept", describe(), errno);
-  expect_event(id_.get(), RDMA_CM_EVENT_ESTABLISHED, "rdma_accept", describe(), timeout);
 }
 
 void CmId::disconnect(milliseconds timeout) {

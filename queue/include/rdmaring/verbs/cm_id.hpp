@@ -23,6 +23,7 @@
 
 namespace rdmaring::verbs {
 
+class CmEvent;
 class EventChannel;
 struct ConnectRequest;
 
@@ -43,11 +44,13 @@ class CmId {
   Context context() const;
 
   // Client: resolves `addr`:`port` to a device, address and route (rdma_resolve_addr, then
-  // rdma_resolve_route), each step bounded by `timeout`.
+  // rdma_resolve_route), each step bounded by `timeout`. A non-empty `source` binds the local
+  // address (a test host sharing the namespace with others is told apart by it).
   // Throws: SetupError errc::bad_config when `addr` does not parse (getaddrinfo);
   // errc::timed_out; errc::verbs_failure with the call's errno, or naming the event that
   // arrived instead of ADDR_RESOLVED / ROUTE_RESOLVED (e.g. ADDR_ERROR, status -errno).
-  void resolve(const std::string& addr, std::uint16_t port, std::chrono::milliseconds timeout);
+  void resolve(const std::string& addr, std::uint16_t port, std::chrono::milliseconds timeout,
+               const std::string& source = {});
 
   // Server: binds to `addr`:`port` (port 0: an ephemeral port, see local_port()) and listens.
   // Throws: SetupError errc::bad_config when `addr` does not parse; errc::verbs_failure with the
@@ -63,6 +66,12 @@ class CmId {
   // Assumes: bind_and_listen() succeeded.
   // Throws: SetupError as expect_event does.
   ConnectRequest next_request(std::chrono::milliseconds timeout);
+
+  // Server: takes ownership of the new id a CONNECT_REQUEST event carries, for an owner that
+  // dispatches all its ids' events from one channel.
+  // Assumes: `request` is a CONNECT_REQUEST. The returned id is destroyed (rejecting the
+  // connection unless accepted) only after the event is acked: rdma_destroy_id waits for that.
+  static ConnectRequest adopt_request(const CmEvent& request);
 
   // Server: the next CONNECT_REQUEST on this listening id if one is already waiting; never
   // blocks. Errors: verbs_failure with the errno of rdma_get_cm_event.
@@ -85,6 +94,10 @@ class CmId {
   // Assumes: a QueuePair exists on this id, with its receives posted if the peer may send.
   // Throws: SetupError with the errno of rdma_accept; as expect_event does.
   void accept(const rdma_conn_param& param, std::chrono::milliseconds timeout);
+  // Server: accept() without the wait; ESTABLISHED (or an error event) arrives on the channel,
+  // for an owner that serves every connection from one event loop.
+  // Throws: SetupError with the errno of rdma_accept.
+  void start_accept(const rdma_conn_param& param);
 
   // Starts, or answers, the disconnect and waits for DISCONNECTED. Either side may call it,
   // before or after the peer did; the QP moves to the error state and flushes.

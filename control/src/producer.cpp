@@ -3,6 +3,7 @@
 #include <array>
 #include <thread>
 
+#include "control_client.hpp"
 #include "rdmaring/dma.hpp"
 #include "rdmaring/post.hpp"
 #include "rdmaring/verbs/cm_id.hpp"
@@ -24,12 +25,18 @@ struct Link {
   std::optional<verbs::QueuePair> qp;
 };
 
+Credentials who(const control::RingGrant& session, std::uint64_t epoch, const Proof& proof) {
+  return Credentials{session.session, epoch, proof};
+}
+
 }  // namespace
 
 // Member order is destruction order reversed: the link's QP goes before the CQ, MRs and PD it
 // uses; the first link's rdma_cm id (which holds the device context open) lives as long as the PD.
 struct Producer::Connection {
   ProducerOptions options;
+  std::unique_ptr<control::ControlClient> control;
+  control::RingGrant session;  // the last grant: session id and secret, the ring, the epoch
   std::unique_ptr<Link> first;  // keeps the device context of the PD alive
   std::optional<verbs::ProtectionDomain> pd;
   std::optional<verbs::CompletionQueue> cq;
@@ -46,11 +53,33 @@ struct Producer::Connection {
   std::uint64_t recoveries = 0;
 
   Link& current() { return link ? *link : *first; }
-  // Resolves and connects `l` (QP on the shared PD and CQ) and returns the consumer's answer.
-  wire::AcceptData connect(Link& l, const wire::ConnectData& hello);
+  Proof proof(ProofPurpose purpose, std::uint64_t epoch) const {
+    return make_proof(session.secret, purpose, session.session, epoch);
+  }
+  // Resolves the owner's data port and connects `l` (QP on the shared PD and CQ) for the
+  // granted epoch.
+  void connect(Link& l, const control::RingGrant& grant);
+  // The first connection and everything it needs: PD, CQ, credit MR, staging mirror.
+  void connect_first(const control::RingGrant& grant);
+  void resolve(Link& l, const control::RingGrant& grant) {
+    l.id.resolve(options.address, grant.data_port, options.connect_timeout, options.source_address);
+  }
+  void keep_alive(const control::RingGrant& grant) {
+    const auto interval = options.heartbeat_interval.value_or(grant.lease / 3);
+    control->keep_alive(session.session, session.secret, grant.at.epoch, interval);
+  }
+  // The sequence of the record at `released`: what an owner restored after its restart resumes
+  // from when it has no record of its own.
+  std::uint64_t released_sequence() {
+    const auto l = core->ledger();
+    if (l.released == l.committed) return core->next_sequence();
+    const auto off = core->peer().geometry.offset(l.released);
+    const auto h = wire::decode_record_header(staging->bytes().subspan(off).first<wire::kRecordHeaderSize>());
+    return h ? h->sequence : core->next_sequence();
+  }
 };
 
-wire::AcceptData Producer::Connection::connect(Link& l, const wire::ConnectData& hello) {
+void Producer::Connection::connect(Link& l, const control::RingGrant& grant) {
   verbs::QueuePairCaps caps;
   caps.max_send_wr = options.core.sq_depth;
   caps.max_recv_wr = 1;
@@ -61,81 +90,109 @@ wire::AcceptData Producer::Connection::connect(Link& l, const wire::ConnectData&
                                                       std::to_string(l.qp->max_inline_data()) +
                                                       " B of inline data, the tail record needs " +
                                                       std::to_string(wire::kTailRecordSize)));
-  const auto bytes = wire::encode(hello);
+  const auto bytes = wire::encode(wire::ConnectData{session.session, grant.at.epoch,
+                                                    proof(ProofPurpose::connect, grant.at.epoch),
+                                                    reinterpret_cast<std::uintptr_t>(credit_buf.data()),
+                                                    credit_mr->rkey()});
   rdma_conn_param param{};
   param.private_data = bytes.data();
   param.private_data_len = static_cast<std::uint8_t>(bytes.size());
   param.retry_count = 7;
-  param.rnr_retry_count = 7;  // 7 = retry for ever: the consumer re-posts receives as it polls
+  param.rnr_retry_count = 7;  // 7 = retry for ever: the owner re-posts receives as it polls
   const auto reply = l.id.connect(param, options.connect_timeout);
   const auto accept = wire::decode_accept_data(reply);
-  if (!accept)
-    throw SetupError(make_error(errc::protocol_violation, l.id.describe() + ": accept private data is not rdmaring v" +
+  if (!accept || accept->epoch != grant.at.epoch)
+    throw SetupError(make_error(errc::protocol_violation, l.id.describe() + ": the accept is not for epoch " +
+                                                              std::to_string(grant.at.epoch) + " of rdmaring v" +
                                                               std::to_string(wire::kVersion)));
-  if (accept->mode == wire::PublishMode::tail && (accept->flags & wire::kAcceptRelaxedOrdering))
-    throw SetupError(make_error(errc::relaxed_ordering_refused,
-                                l.id.describe() + ": the consumer offers tail mode over a relaxed-ordering ring; a tail "
-                                                  "write could land before the payload it publishes"));
-  if (accept->mode == wire::PublishMode::tail && accept->tail_rkey == 0 && accept->tail_addr == 0)
-    throw SetupError(make_error(errc::protocol_violation, l.id.describe() + ": tail mode without a tail MR"));
-  return *accept;
 }
 
-Producer Producer::connect(const ProducerOptions& options) {
+Producer Producer::attach(const ProducerOptions& options) { return open(options, nullptr); }
+
+Producer Producer::rejoin(const ProducerOptions& options, const SessionCredentials& credentials) {
+  return open(options, &credentials);
+}
+
+Producer Producer::open(const ProducerOptions& options, const SessionCredentials* rejoining) {
   if (auto ok = options.core.validate(); !ok) throw SetupError(ok.error());
   auto c = std::make_unique<Connection>();
   c->options = options;
-  c->first = std::make_unique<Link>();
-  c->first->id.resolve(options.address, options.port, options.connect_timeout);
-  const verbs::Context ctx = c->first->id.context();
-  c->pd.emplace(ctx);
-  // One CQ entry per SQ slot is enough: only signaled WRs complete, at most one per interval.
-  c->cq.emplace(ctx, static_cast<int>(options.core.sq_depth));
-  c->credit_mr.emplace(*c->pd, c->credit_buf.data(), c->credit_buf.size(),
-                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  const auto accept = c->connect(*c->first, wire::ConnectData{reinterpret_cast<std::uintptr_t>(c->credit_buf.data()),
-                                                                c->credit_mr->rkey(), 0, 0});
-  auto geometry = RingGeometry::make(accept.ring_bytes, accept.max_record);
-  if (!geometry) throw SetupError(geometry.error());
-
-  // The staging buffer mirrors the ring: registered once, here, never per record.
-  c->staging.emplace(accept.ring_bytes);
-  c->staging_mr.emplace(*c->pd, c->staging->data(), c->staging->size(), IBV_ACCESS_LOCAL_WRITE);
-  c->target = WriteTarget{c->staging->data(), c->staging_mr->lkey(), accept.ring_addr, accept.ring_rkey,
-                          accept.tail_addr, accept.tail_rkey};
-  c->core.emplace(c->staging->bytes(),
-                  PeerRing{accept.mode, geometry.value(),
-                           ResumePoint{accept.epoch, accept.position, accept.released, accept.next_sequence}},
-                  options.core);
+  c->control = std::make_unique<control::ControlClient>(options.address, options.control_port, options.connect_timeout);
+  Result<control::RingGrant> grant = make_error(errc::invalid_argument);
+  if (rejoining) {
+    const Proof p = make_proof(rejoining->secret, ProofPurpose::resume, rejoining->session, rejoining->epoch);
+    grant = c->control->resume(Credentials{rejoining->session, rejoining->epoch, p}, true, 0, 0);
+    if (grant) grant.value().secret = rejoining->secret;
+  } else {
+    grant = c->control->attach();
+  }
+  if (!grant) throw SetupError(grant.error());
+  const control::RingGrant& g = grant.value();
+  c->session = g;
+  try {
+    c->connect_first(g);
+  } catch (const SetupError&) {
+    // A new session's ring goes back now rather than at lease expiry; a rejoined one stays for
+    // the next attempt.
+    if (!rejoining) {
+      const std::uint64_t epoch = g.at.epoch;
+      (void)c->control->detach(who(c->session, epoch, c->proof(ProofPurpose::detach, epoch)));
+    }
+    throw;
+  }
+  c->keep_alive(g);
   return Producer(std::move(c));
+}
+
+void Producer::Connection::connect_first(const control::RingGrant& g) {
+  first = std::make_unique<Link>();
+  resolve(*first, g);
+  const verbs::Context ctx = first->id.context();
+  pd.emplace(ctx);
+  // One CQ entry per SQ slot is enough: only signaled WRs complete, at most one per interval.
+  cq.emplace(ctx, static_cast<int>(options.core.sq_depth));
+  credit_mr.emplace(*pd, credit_buf.data(), credit_buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  // The staging buffer mirrors the ring: registered once, here, never per record.
+  staging.emplace(g.ring_bytes);
+  staging_mr.emplace(*pd, staging->data(), staging->size(), IBV_ACCESS_LOCAL_WRITE);
+  target = WriteTarget{staging->data(), staging_mr->lkey(), g.ring_addr, g.ring_rkey, g.tail_addr, g.tail_rkey};
+  connect(*first, g);
+  core.emplace(staging->bytes(), PeerRing{g.mode, RingGeometry::make(g.ring_bytes, g.max_record).value(), g.at},
+               options.core);
 }
 
 Result<ResumePoint> Producer::recover() {
   Connection& c = *c_;
+  const std::uint64_t epoch = c.core->epoch();
+  const auto l = c.core->ledger();
+  BOOST_OUTCOME_TRY(grant, c.control->resume(who(c.session, epoch, c.proof(ProofPurpose::resume, epoch)), false,
+                                             l.released, c.released_sequence()));
+  if (grant.ring_bytes != c.core->peer().geometry.bytes || grant.mode != c.core->peer().mode ||
+      grant.max_record != c.core->peer().geometry.max_record)
+    return make_error(errc::ring_changed, "resume of session " + std::to_string(c.session.session) +
+                                              ": the owner's ring is no longer the one staging mirrors");
+  BOOST_OUTCOME_TRYV(c.core->resume(grant.at));
+  // The new rkeys (the old ones were revoked by the owner's re-registration) and, after an owner
+  // restart, a new ring address.
+  c.target.remote_base = grant.ring_addr;
+  c.target.rkey = grant.ring_rkey;
+  c.target.tail_addr = grant.tail_addr;
+  c.target.tail_rkey = grant.tail_rkey;
+  c.session.at = grant.at;
+  c.keep_alive(grant);
   try {
-    auto l = std::make_unique<Link>();
-    l->id.resolve(c.options.address, c.options.port, c.options.connect_timeout);
-    const auto accept =
-        c.connect(*l, wire::ConnectData{reinterpret_cast<std::uintptr_t>(c.credit_buf.data()), c.credit_mr->rkey(),
-                                        wire::kConnectResume, c.core->epoch()});
-    if (accept.ring_bytes != c.core->peer().geometry.bytes || accept.mode != c.core->peer().mode ||
-        accept.max_record != c.core->peer().geometry.max_record || accept.ring_addr != c.target.remote_base ||
-        accept.tail_addr != c.target.tail_addr)
-      return make_error(errc::protocol_violation, l->id.describe() + ": the ring changed across the resume");
-    const ResumePoint at{accept.epoch, accept.position, accept.released, accept.next_sequence};
-    BOOST_OUTCOME_TRYV(c.core->resume(at));
-    // The new rkeys: the old ones were revoked by the consumer's re-registration.
-    c.target.rkey = accept.ring_rkey;
-    c.target.tail_rkey = accept.tail_rkey;
+    auto link = std::make_unique<Link>();
+    c.resolve(*link, grant);
     // The dead connection's QP goes now; the first link's id stays, it holds the device open.
     if (c.link) c.link.reset();
     else c.first->qp.reset();
-    c.link = std::move(l);
-    ++c.recoveries;
-    return at;
+    c.connect(*link, grant);
+    c.link = std::move(link);
   } catch (const SetupError& e) {
     return e.error();
   }
+  ++c.recoveries;
+  return grant.at;
 }
 
 Producer::Producer(std::unique_ptr<Connection> c) noexcept : c_(std::move(c)) {}
@@ -155,6 +212,7 @@ Result<void> Producer::post_due(bool force) {
 
 Result<void> Producer::progress() {
   ProducerCore& core = *c_->core;
+  if (auto alarm = c_->control->alarm()) return *alarm;
   std::array<ibv_wc, 16> wcs;
   BOOST_OUTCOME_TRY(n, c_->cq->poll(wcs));
   const std::uint32_t qp_num = c_->current().qp->qp_num();
@@ -227,13 +285,15 @@ Result<void> Producer::drain(std::chrono::nanoseconds timeout) {
   }
 }
 
-Result<void> Producer::close(std::chrono::nanoseconds timeout) {
+Result<void> Producer::detach(std::chrono::nanoseconds timeout) {
+  Connection& c = *c_;
   BOOST_OUTCOME_TRYV(drain(timeout));
-  try {
-    c_->current().id.disconnect(std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
-  } catch (const SetupError& e) {
-    return e.error();
-  }
+  const std::uint64_t epoch = c.core->epoch();
+  c.control->keep_alive(c.session.session, c.session.secret, epoch, std::chrono::milliseconds(0));
+  BOOST_OUTCOME_TRYV(c.control->detach(who(c.session, epoch, c.proof(ProofPurpose::detach, epoch))));
+  // The owner tore the connection down with the session; what is left here is the QP's flush.
+  c.link.reset();
+  c.first->qp.reset();
   return success();
 }
 
@@ -242,6 +302,12 @@ Result<void> Producer::force_error() { return c_->current().qp->force_error(); }
 ProducerStats Producer::stats() const {
   return ProducerStats{c_->core->counters(), c_->post_send_calls, c_->completions, c_->stale_completions,
                        c_->recoveries, c_->core->ledger()};
+}
+
+std::uint64_t Producer::next_sequence() const { return c_->core->next_sequence(); }
+
+SessionCredentials Producer::credentials() const {
+  return SessionCredentials{c_->session.session, c_->session.secret, c_->core->epoch()};
 }
 
 std::string Producer::ledger_dump() const { return to_string(c_->core->ledger()); }

@@ -1,0 +1,128 @@
+// A producer session over real verbs: attached to a RingOwner through the control channel,
+// the ProducerCore driven by an RC QP into the ring the owner granted.
+//
+// Single-threaded: one thread calls everything on a Producer (ThreadedProducer puts a lock-free
+// front on it for many threads). Set-up throws SetupError; the data path returns Result.
+// Ownership: the Producer owns every verbs object of its session; spans returned by claim() point
+// into its registered staging buffer and are valid until commit() or abort().
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "rdmaring/error.hpp"
+#include "rdmaring/producer_core.hpp"
+
+namespace rdmaring {
+
+struct ProducerOptions {
+  std::string address;  // the ring owner's address: control channel (TCP) and rdma_cm both
+  std::uint16_t control_port = 0;
+  // Local address to bind the RDMA connection to (empty: the route's choice). A test host that
+  // shares its network namespace with others is told apart by this.
+  std::string source_address;
+  ProducerConfig core;
+  std::chrono::milliseconds connect_timeout = std::chrono::seconds(10);
+  // Heartbeats keep the session's lease while the producer is idle; by default a third of the
+  // lease the owner grants. Zero: no heartbeats (the session lives only while it publishes).
+  std::optional<std::chrono::milliseconds> heartbeat_interval;
+};
+
+// What a producer process must keep (durably, if it wants to survive its own restart) to rejoin
+// its session: the id, the secret, and the epoch it was last granted.
+struct SessionCredentials {
+  std::uint64_t session = 0;
+  std::array<std::byte, 32> secret{};
+  std::uint64_t epoch = 0;
+};
+
+// Per-record costs are these divided by core.records.
+struct ProducerStats {
+  ProducerCounters core;
+  std::uint64_t post_send_calls = 0;
+  std::uint64_t completions = 0;  // signaled send completions polled
+  std::uint64_t stale_completions = 0;  // completions of a replaced connection, ignored
+  std::uint64_t recoveries = 0;
+  ProducerLedger ledger;
+};
+
+// Whether `e` (from send, progress, flush or drain) calls for recover(): the connection died
+// (completion_error), the owner stopped answering (owner_lost), or it no longer knows the session
+// (unknown_session: it restarted, and recover() restores the session if its application keeps
+// durable records; otherwise recover() fails with unknown_session again and the session is gone).
+inline bool needs_recover(const Error& e) {
+  return e == errc::completion_error || e == errc::owner_lost || e == errc::unknown_session;
+}
+
+class Producer {
+ public:
+  // Attaches a new session: asks the owner for a ring over the control channel, registers the
+  // staging mirror of it and connects the QP for epoch 1.
+  // Throws: SetupError (bad options, control_failure, no_capacity, no route, rejected, memlock
+  // too low, device lacks inline).
+  static Producer attach(const ProducerOptions& options);
+  // Rejoins an existing session after this process restarted (its staging is gone): resumes in
+  // the next epoch, from the owner's last delivered record. The application sends again from
+  // next_sequence(). Throws: as attach, and unknown_session / bad_proof / stale_epoch.
+  static Producer rejoin(const ProducerOptions& options, const SessionCredentials& credentials);
+  Producer(Producer&&) noexcept;
+  Producer& operator=(Producer&&) noexcept;
+  ~Producer();
+
+  // Copies `payload` into staging as one record; posts when a coalescing threshold is reached.
+  // Errors: would_block (ring full: call progress() and retry), record_too_large, the
+  // connection's error.
+  Result<void> send(std::span<const std::byte> payload);
+  // send(), retried with progress() until it fits or `timeout` passes (errc::timed_out).
+  Result<void> send(std::span<const std::byte> payload, std::chrono::nanoseconds timeout);
+  // Zero-copy: fill the returned span, then commit() (optionally fewer bytes) or abort().
+  Result<std::span<std::byte>> claim(std::uint32_t len);
+  Result<void> commit(std::optional<std::uint32_t> len = std::nullopt);
+  void abort() noexcept;
+  // Publishes everything committed now, whatever the thresholds.
+  Result<void> flush();
+  // Polls completions and credit, publishes what the coalescing delay has made due. Call it
+  // whenever the application is idle. Errors: the connection's error; owner_lost when
+  // heartbeats go unanswered (a producer with a full ring posts nothing, so only they notice an
+  // owner that died), unknown_session / stale_epoch when the owner refuses them.
+  Result<void> progress();
+  // Flushes and waits until the consumer has released every record (errc::timed_out).
+  Result<void> drain(std::chrono::nanoseconds timeout);
+
+  // After the connection failed (a call returned completion_error): resumes the session in the
+  // owner's next epoch (the owner revokes the old rkey) and connects again. Every record not yet
+  // delivered goes out again from staging, unchanged; the owner reads from exactly the record
+  // after its last delivery, so each record is delivered once, in order. Returns where it
+  // resumed. Errors: control_failure, unknown_session (lease expired, owner restarted without
+  // the session's durable record), stale_epoch, ring_changed, protocol_violation, and set-up's.
+  Result<ResumePoint> recover();
+
+  // Detaches: drain(), then ends the session (the owner frees the ring) and disconnects.
+  Result<void> detach(std::chrono::nanoseconds timeout);
+
+  // Fault injection: moves the QP to the error state, as a dead link would.
+  Result<void> force_error();
+
+  // The sequence the next record sent will carry.
+  std::uint64_t next_sequence() const;
+  // Keep these to rejoin() after a restart; they change at every recover().
+  SessionCredentials credentials() const;
+
+  ProducerStats stats() const;
+  std::string ledger_dump() const;
+  wire::PublishMode mode() const;
+
+ private:
+  struct Connection;
+  explicit Producer(std::unique_ptr<Connection> c) noexcept;
+  static Producer open(const ProducerOptions& options, const SessionCredentials* rejoining);
+  Result<void> post_due(bool force);
+  std::unique_ptr<Connection> c_;
+};
+
+}  // namespace rdmaring

@@ -1,0 +1,88 @@
+@0xbea0fdd5429e716e;
+# The control channel between a producer and the ring owner: Cap'n Proto RPC, two-party over
+# TCP. protocol-spec/sessions.md gives the meaning of every field and the session state machine;
+# the data path never touches these messages.
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("rdmaring::control::schema");
+
+enum PublishMode {
+  unspecified @0;
+  imm @1;   # RDMA_WRITE_WITH_IMM publishes
+  tail @2;  # an inline tail-record write publishes (strictly ordered ring MR)
+}
+
+# Where the owner writes credit back: the producer's credit MR (32 bytes, wire::CreditRecord).
+struct CreditTarget {
+  addr @0 :UInt64;
+  rkey @1 :UInt32;
+}
+
+# Who is asking: the session, the epoch the caller is in, and proof that it holds the session
+# secret (16 bytes, keyed BLAKE2b over purpose, session and epoch: sessions.md, "Proofs").
+struct Credentials {
+  session @0 :UInt64;
+  epoch @1 :UInt64;
+  proof @2 :Data;
+}
+
+# A ring and the point to continue from, valid for one epoch. The producer connects its RC QP
+# to dataPort with wire::ConnectData naming {session, epoch, proof}.
+struct RingGrant {
+  session @0 :UInt64;
+  secret @1 :Data;            # 32 bytes; sent by attach only
+  epoch @2 :UInt64;           # from 1
+  mode @3 :PublishMode;
+  relaxedOrdering @4 :Bool;   # the ring MR is registered with IBV_ACCESS_RELAXED_ORDERING (imm only)
+  ringAddr @5 :UInt64;
+  ringRkey @6 :UInt32;        # a new key every epoch: the last epoch's key is revoked
+  ringBytes @7 :UInt64;
+  maxRecord @8 :UInt32;
+  tailAddr @9 :UInt64;        # mode tail only
+  tailRkey @10 :UInt32;
+  position @11 :UInt64;       # the owner's read head: the next record starts here
+  released @12 :UInt64;       # the producer may write below released + ringBytes
+  nextSequence @13 :UInt64;   # the sequence of the record at position; delivered so far: nextSequence - 1
+  dataPort @14 :UInt16;
+  leaseMillis @15 :UInt32;    # 0: no lease
+}
+
+struct Refusal {
+  code @0 :Code;
+  message @1 :Text;
+  enum Code {
+    badRequest @0;       # malformed or out-of-range fields
+    versionMismatch @1;
+    unknownSession @2;   # never attached, detached, lease expired, or forgotten by an owner restart
+    badProof @3;
+    staleEpoch @4;       # an epoch the session has left: a replayed or late message
+    noCapacity @5;       # the owner's session limit, or registration failed (memlock)
+    ringChanged @6;      # an owner restart changed the ring's geometry or mode
+  }
+}
+
+struct GrantOrRefusal {
+  union {
+    grant @0 :RingGrant;
+    refused @1 :Refusal;
+  }
+}
+
+interface RingService {
+  # A new session and its ring, epoch 1.
+  attach @0 (version :UInt32, credit :CreditTarget) -> (reply :GrantOrRefusal);
+
+  # The caller's connection died (or its process restarted): fence the epoch, revoke the ring's
+  # key and grant the next epoch. `restarted`: the caller lost its staging and continues from
+  # the grant; otherwise `released`/`releasedSequence` say what it still holds (from
+  # released, first record's sequence releasedSequence), which an owner restored after its own
+  # restart resumes from.
+  resume @1 (who :Credentials, credit :CreditTarget, restarted :Bool,
+             released :UInt64, releasedSequence :UInt64) -> (reply :GrantOrRefusal);
+
+  # Keeps the lease of an idle session.
+  heartbeat @2 (who :Credentials) -> (refused :Refusal, ok :Bool);
+
+  # Ends the session: its ring and registration are freed.
+  detach @3 (who :Credentials) -> (refused :Refusal, ok :Bool);
+}

@@ -1,0 +1,42 @@
+// The producer's end of the control channel: attach, resume, heartbeat and detach calls to the
+// ring owner, made from the producer's thread and carried out on a control thread. The TCP
+// connection is made again on the next call after it broke, so a cut control connection costs
+// one failed call, not the session.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "messages.hpp"
+
+namespace rdmaring::control {
+
+class ControlClient {
+ public:
+  // Connects to the owner's control port. Throws: SetupError control_failure (refused, timed out).
+  ControlClient(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout);
+  ~ControlClient();
+
+  Result<RingGrant> attach();
+  Result<RingGrant> resume(const Credentials& who, bool restarted, std::uint64_t released,
+                           std::uint64_t released_sequence);
+  Result<void> heartbeat(const Credentials& who);
+  Result<void> detach(const Credentials& who);
+
+  // From now on the control thread heartbeats for this session and epoch every `interval` (zero:
+  // never); a refused heartbeat stops it. Clears the alarm.
+  void keep_alive(SessionId session, const SessionSecret& secret, std::uint64_t epoch, std::chrono::milliseconds interval);
+  // Set when heartbeats say the session is gone: refused (unknown_session, stale_epoch), or
+  // kOwnerLostBeats in a row unanswered (owner_lost). Cheap: the data path checks it.
+  std::optional<Error> alarm() const;
+  static constexpr int kOwnerLostBeats = 2;
+
+ private:
+  struct Loop;
+  std::unique_ptr<Loop> loop_;
+};
+
+}  // namespace rdmaring::control

@@ -1,0 +1,152 @@
+#include "rdmaring/session_table.hpp"
+
+namespace rdmaring {
+
+const char* to_string(SessionState s) noexcept {
+  switch (s) {
+    case SessionState::attached: return "attached";
+    case SessionState::connected: return "connected";
+    case SessionState::broken: return "broken";
+    case SessionState::resuming: return "resuming";
+  }
+  return "?";
+}
+
+SessionTable::SessionTable(std::size_t max_sessions, std::chrono::nanoseconds lease) noexcept
+    : max_sessions_(max_sessions), lease_(lease) {}
+
+Result<SessionEntry> SessionTable::attach(Clock::time_point now) {
+  if (sessions_.size() >= max_sessions_) {
+    ++counters_.refused_capacity;
+    return make_error(errc::no_capacity, "attach: " + std::to_string(max_sessions_) + " sessions already");
+  }
+  SessionEntry s;
+  do s.id = random_session_id();
+  while (sessions_.count(s.id));
+  s.secret = random_secret();
+  s.last_seen = now;
+  sessions_.emplace(s.id, s);
+  ++counters_.attaches;
+  return s;
+}
+
+Result<SessionEntry*> SessionTable::verify(const Credentials& who, ProofPurpose purpose) {
+  const auto it = sessions_.find(who.session);
+  if (it == sessions_.end()) {
+    ++counters_.refused_unknown;
+    return make_error(errc::unknown_session, "session " + std::to_string(who.session));
+  }
+  if (!proof_matches(it->second.secret, purpose, who.session, who.epoch, who.proof)) {
+    ++counters_.refused_proof;
+    return make_error(errc::bad_proof, "session " + std::to_string(who.session) + " epoch " + std::to_string(who.epoch));
+  }
+  return &it->second;
+}
+
+Error SessionTable::stale(const SessionEntry& s, std::uint64_t epoch, const char* what) {
+  ++counters_.refused_stale;
+  return make_error(errc::stale_epoch, std::string(what) + " for session " + std::to_string(s.id) + " epoch " +
+                                           std::to_string(epoch) + ": the session is in epoch " +
+                                           std::to_string(s.epoch));
+}
+
+Result<std::uint64_t> SessionTable::resume(const Credentials& who, Clock::time_point now) {
+  BOOST_OUTCOME_TRY(s, verify(who, ProofPurpose::resume));
+  const bool current = who.epoch == s->epoch;
+  const bool retried = s->unconfirmed && who.epoch == *s->unconfirmed;
+  if (!current && !retried) return stale(*s, who.epoch, "resume");
+  // A retry keeps its original fallback: the epoch it came from may ask again.
+  if (current) s->unconfirmed = s->epoch;
+  ++s->epoch;
+  s->state = SessionState::resuming;
+  s->last_seen = now;
+  ++counters_.resumes;
+  return s->epoch;
+}
+
+Result<std::uint64_t> SessionTable::restore(const Credentials& who, const SessionSecret& secret, Clock::time_point now) {
+  if (sessions_.count(who.session))
+    return make_error(errc::invalid_argument, "restore: session " + std::to_string(who.session) + " is known");
+  if (!proof_matches(secret, ProofPurpose::resume, who.session, who.epoch, who.proof)) {
+    ++counters_.refused_proof;
+    return make_error(errc::bad_proof, "restore of session " + std::to_string(who.session));
+  }
+  if (sessions_.size() >= max_sessions_) {
+    ++counters_.refused_capacity;
+    return make_error(errc::no_capacity, "restore: " + std::to_string(max_sessions_) + " sessions already");
+  }
+  SessionEntry s{who.session, secret, who.epoch + 1, SessionState::resuming, who.epoch, now};
+  sessions_.emplace(s.id, s);
+  ++counters_.restores;
+  return s.epoch;
+}
+
+Result<void> SessionTable::admit_connect(const wire::ConnectData& request, Clock::time_point now) {
+  BOOST_OUTCOME_TRY(s, verify(Credentials{request.session, request.epoch, request.proof}, ProofPurpose::connect));
+  if (request.epoch != s->epoch) return stale(*s, request.epoch, "connect");
+  if (s->state != SessionState::attached && s->state != SessionState::resuming) {
+    ++counters_.refused_state;
+    return make_error(errc::invalid_argument, "connect for session " + std::to_string(s->id) + " epoch " +
+                                                  std::to_string(s->epoch) + ": the epoch's QP is " +
+                                                  to_string(s->state));
+  }
+  s->last_seen = now;
+  return success();
+}
+
+void SessionTable::on_connected(SessionId id) noexcept {
+  const auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  it->second.state = SessionState::connected;
+  // The producer connected with this epoch's proof: it has the grant, the fallback can go.
+  it->second.unconfirmed.reset();
+  ++counters_.connects;
+}
+
+void SessionTable::on_broken(SessionId id, std::uint64_t epoch) noexcept {
+  const auto it = sessions_.find(id);
+  if (it != sessions_.end() && it->second.epoch == epoch && it->second.state == SessionState::connected)
+    it->second.state = SessionState::broken;
+}
+
+void SessionTable::touch(SessionId id, Clock::time_point now) noexcept {
+  const auto it = sessions_.find(id);
+  if (it != sessions_.end()) it->second.last_seen = now;
+}
+
+Result<void> SessionTable::heartbeat(const Credentials& who, Clock::time_point now) {
+  BOOST_OUTCOME_TRY(s, verify(who, ProofPurpose::heartbeat));
+  if (who.epoch != s->epoch && !(s->unconfirmed && who.epoch == *s->unconfirmed)) return stale(*s, who.epoch, "heartbeat");
+  s->last_seen = now;
+  return success();
+}
+
+Result<void> SessionTable::detach(const Credentials& who) {
+  BOOST_OUTCOME_TRY(s, verify(who, ProofPurpose::detach));
+  if (who.epoch != s->epoch) return stale(*s, who.epoch, "detach");
+  sessions_.erase(s->id);
+  ++counters_.detaches;
+  return success();
+}
+
+std::vector<SessionId> SessionTable::expire(Clock::time_point now) {
+  std::vector<SessionId> gone;
+  if (lease_ == std::chrono::nanoseconds::zero()) return gone;
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (now - it->second.last_seen > lease_) {
+      gone.push_back(it->first);
+      it = sessions_.erase(it);
+      ++counters_.expired;
+    } else {
+      ++it;
+    }
+  }
+  return gone;
+}
+
+const SessionEntry* SessionTable::find(SessionId id) const noexcept {
+  const auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : &it->second;
+}
+
+}  // namespace rdmaring

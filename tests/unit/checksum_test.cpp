@@ -1,0 +1,78 @@
+#include <catch2/catch.hpp>
+
+#include <boost/crc.hpp>
+#include <random>
+#include <string_view>
+#include <vector>
+
+#include "rdmaring/checksum.hpp"
+
+using namespace rdmaring;
+
+namespace {
+
+using Impl = std::uint32_t (*)(std::span<const std::byte>) noexcept;
+
+// The byte-wise implementation crc32c had before slicing-by-8 and SSE4.2: the oracle.
+std::uint32_t boost_crc32c(std::span<const std::byte> bytes) {
+  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
+  crc.process_bytes(bytes.data(), bytes.size());
+  return crc.checksum();
+}
+
+void check_known_vectors(Impl crc) {
+  constexpr std::string_view check = "123456789";
+  CHECK(crc(std::as_bytes(std::span{check})) == 0xE3069283u);
+  CHECK(crc({}) == 0u);
+  const std::vector<std::byte> zeros(32, std::byte{0x00});
+  CHECK(crc(zeros) == 0x8A9136AAu);
+  const std::vector<std::byte> ones(32, std::byte{0xFF});
+  CHECK(crc(ones) == 0x62A8AB43u);
+}
+
+// Every start offset modulo 8 and lengths spanning whole 8-byte steps plus each tail length,
+// since those are where a sliced or word-wise loop goes wrong.
+void check_against_boost(Impl crc) {
+  constexpr std::size_t kMaxLen = 5000;
+  std::mt19937_64 rng(0xC4C32C);
+  std::vector<std::byte> buf(kMaxLen + 8);
+  for (auto& b : buf) b = static_cast<std::byte>(rng());
+  std::uniform_int_distribution<std::size_t> random_len(0, kMaxLen);
+  for (std::size_t offset = 0; offset < 8; ++offset) {
+    std::vector<std::size_t> lengths;
+    for (std::size_t len = 0; len <= 64; ++len) lengths.push_back(len);
+    for (int i = 0; i < 100; ++i) lengths.push_back(random_len(rng));
+    lengths.push_back(kMaxLen);
+    for (std::size_t len : lengths) {
+      const auto bytes = std::span<const std::byte>(buf).subspan(offset, len);
+      INFO("offset " << offset << ", length " << len);
+      REQUIRE(crc(bytes) == boost_crc32c(bytes));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("crc32c gives the CRC-32C check values", "[checksum]") {
+  check_known_vectors(crc32c);
+}
+
+TEST_CASE("crc32c agrees with Boost.CRC at every length and alignment", "[checksum]") {
+  check_against_boost(crc32c);
+}
+
+TEST_CASE("portable slicing-by-8 CRC-32C matches the check values and Boost.CRC", "[checksum]") {
+  check_known_vectors(detail::crc32c_portable);
+  check_against_boost(detail::crc32c_portable);
+}
+
+#if defined(__x86_64__)
+TEST_CASE("SSE4.2 CRC-32C matches the check values and Boost.CRC", "[checksum]") {
+  if (!__builtin_cpu_supports("sse4.2")) {
+    WARN("CPU lacks SSE4.2: hardware CRC-32C path not tested");
+    return;
+  }
+  check_known_vectors(detail::crc32c_sse42);
+  check_against_boost(detail::crc32c_sse42);
+}
+#endif
