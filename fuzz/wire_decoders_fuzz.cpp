@@ -20,8 +20,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (in.size() >= wire::kTailRecordSize) (void)wire::decode_tail_record(in.first<wire::kTailRecordSize>());
   if (in.size() >= wire::kCreditRecordSize) (void)wire::decode_credit_record(in.first<wire::kCreditRecordSize>());
-  (void)wire::decode_connect_data(in);
-  (void)wire::decode_accept_data(in);
+  // rdma_cm private data: accepted exactly when the prefix carries the magic, this version and a
+  // zero reserved field (rdma_cm may pad: bytes past the format are ignored), and then encodes
+  // back to the same bytes.
+  auto stamped = [&](std::size_t n) {
+    if (in.size() < n) return false;
+    std::uint32_t magic;
+    std::uint16_t version, reserved;
+    std::memcpy(&magic, in.data(), 4);
+    std::memcpy(&version, in.data() + 4, 2);
+    std::memcpy(&reserved, in.data() + 6, 2);
+    return magic == wire::kMagic && version == wire::kVersion && reserved == 0;
+  };
+  const auto connect = wire::decode_connect_data(in);
+  if (connect.has_value() != stamped(wire::kConnectDataSize)) __builtin_trap();
+  if (connect && std::memcmp(wire::encode(*connect).data(), in.data(), wire::kConnectDataSize) != 0) __builtin_trap();
+  const auto accept = wire::decode_accept_data(in);
+  if (accept.has_value() != stamped(wire::kAcceptDataSize)) __builtin_trap();
+  if (accept && std::memcmp(wire::encode(*accept).data(), in.data(), wire::kAcceptDataSize) != 0) __builtin_trap();
   if (in.size() >= 20) {
     std::uint32_t raw;
     std::uint64_t known, released;

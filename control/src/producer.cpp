@@ -205,7 +205,10 @@ Result<void> Producer::post_due(bool force) {
   if (!force && !core.flush_due(Clock::now())) return success();
   while (auto batch = core.take_batch()) {
     ++c_->post_send_calls;
-    BOOST_OUTCOME_TRYV(post_chain(*c_->current().qp, batch->requests(), c_->target));
+    if (auto posted = post_chain(*c_->current().qp, batch->requests(), c_->target); !posted) {
+      core.on_post_error(posted.error());
+      return posted;
+    }
   }
   return success();
 }
@@ -239,7 +242,10 @@ Result<void> Producer::send(std::span<const std::byte> payload) {
     }
     return r;
   }
-  return post_due(false);
+  // The record is accepted: a failed post breaks the connection (reported by the next call),
+  // and the record goes out again after recover(). An error here would read as "not sent".
+  (void)post_due(false);
+  return success();
 }
 
 Result<void> Producer::send(std::span<const std::byte> payload, std::chrono::nanoseconds timeout) {
@@ -262,7 +268,8 @@ Result<std::span<std::byte>> Producer::claim(std::uint32_t len) {
 
 Result<void> Producer::commit(std::optional<std::uint32_t> len) {
   BOOST_OUTCOME_TRYV(c_->core->commit(len));
-  return post_due(false);
+  (void)post_due(false);  // as in send(): the record is committed whatever the post does
+  return success();
 }
 
 void Producer::abort() noexcept { c_->core->abort(); }

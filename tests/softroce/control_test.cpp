@@ -22,6 +22,7 @@
 #include "device_address.hpp"
 #include "rdmaring/producer.hpp"
 #include "rdmaring/ring_owner.hpp"
+#include "rdmaring/threaded_producer.hpp"
 #include "rdmaring/verbs/cm_id.hpp"
 #include "rdmaring/verbs/context.hpp"
 #include "rdmaring/verbs/cq.hpp"
@@ -579,4 +580,93 @@ TEST_CASE("an owner restarted with the application's durable sequences keeps del
   } catch (const SetupError& e) {
     CHECK(e.error() == errc::unknown_session);
   }
+}
+
+namespace {
+
+// The Producer, with its QP forced into the error state every `every` records, from the poster
+// thread (the only thread that may touch it).
+struct FaultySink {
+  Producer& p;
+  std::uint64_t every;
+  std::uint64_t sent = 0;
+  std::uint64_t faults = 0;
+  Result<void> send(std::span<const std::byte> payload) {
+    auto r = p.send(payload);
+    if (r && ++sent % every == 0) {
+      ++faults;
+      (void)p.force_error();
+    }
+    return r;
+  }
+  Result<void> progress() { return p.progress(); }
+  Result<void> flush() { return p.flush(); }
+  Result<ResumePoint> recover() { return p.recover(); }
+};
+
+}  // namespace
+
+TEST_CASE("eight threads send through one ThreadedProducer across QP failures: each thread's records once, in order",
+          "[softroce][sessions]") {
+  constexpr int kThreads = 8;
+  constexpr std::uint64_t kPerThread = 20000;
+  const auto owner = RingOwner::start(owner_options(wire::PublishMode::imm));
+  std::vector<std::uint64_t> next(kThreads, 0);
+  std::uint64_t wrong = 0;
+  std::atomic<std::uint64_t> delivered{0};
+  std::atomic<bool> stop{false};
+  std::thread poller([&] {
+    while (!stop) {
+      auto n = owner->poll(
+          [&](const Delivery& d) {
+            std::uint32_t thread = 0;
+            std::uint64_t seq = 0;
+            if (d.payload.size() < 12) {
+              ++wrong;
+              return;
+            }
+            std::memcpy(&thread, d.payload.data(), 4);
+            std::memcpy(&seq, d.payload.data() + 4, 8);
+            if (thread >= kThreads || seq != next[thread] || d.payload.size() != 12 + seq % 200) ++wrong;
+            else ++next[thread];
+            ++delivered;
+          },
+          256);
+      if (!n || n.value() == 0) std::this_thread::yield();
+    }
+  });
+  Producer producer = Producer::attach(producer_options(*owner));
+  FaultySink sink{producer, 30000};
+  ThreadedProducerStats stats;
+  {
+    ThreadedProducer<FaultySink> front(sink, ThreadedProducerOptions{.slot_count = 256, .slot_bytes = 512});
+    std::vector<std::thread> threads;
+    std::atomic<std::uint64_t> refused{0};
+    for (std::uint32_t t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        std::array<std::byte, 12 + 200> record{};
+        for (std::uint64_t seq = 0; seq < kPerThread; ++seq) {
+          std::memcpy(record.data(), &t, 4);
+          std::memcpy(record.data() + 4, &seq, 8);
+          if (!front.send(std::span(record).first(12 + seq % 200), 60s)) ++refused;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    REQUIRE(front.drain(60s));
+    CHECK(refused == 0);
+    stats = front.stats();
+  }
+  REQUIRE(producer.drain(60s));
+  REQUIRE(wait_for([&] { return delivered >= kThreads * kPerThread; }, 60s));
+  stop = true;
+  poller.join();
+  CHECK(wrong == 0);
+  CHECK(delivered == kThreads * kPerThread);
+  for (int t = 0; t < kThreads; ++t) CHECK(next[t] == kPerThread);
+  CHECK(sink.faults == kThreads * kPerThread / 30000);
+  CHECK(stats.recoveries == sink.faults);
+  CHECK(stats.accepted == kThreads * kPerThread);
+  INFO("back-pressure refusals " << stats.would_block << ", max queue depth " << stats.max_queue_depth);
+  CHECK(owner->stats().sessions.resumes == sink.faults);
 }

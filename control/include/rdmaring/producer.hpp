@@ -51,14 +51,6 @@ struct ProducerStats {
   ProducerLedger ledger;
 };
 
-// Whether `e` (from send, progress, flush or drain) calls for recover(): the connection died
-// (completion_error), the owner stopped answering (owner_lost), or it no longer knows the session
-// (unknown_session: it restarted, and recover() restores the session if its application keeps
-// durable records; otherwise recover() fails with unknown_session again and the session is gone).
-inline bool needs_recover(const Error& e) {
-  return e == errc::completion_error || e == errc::owner_lost || e == errc::unknown_session;
-}
-
 class Producer {
  public:
   // Attaches a new session: asks the owner for a ring over the control channel, registers the
@@ -76,7 +68,8 @@ class Producer {
 
   // Copies `payload` into staging as one record; posts when a coalescing threshold is reached.
   // Errors: would_block (ring full: call progress() and retry), record_too_large, the
-  // connection's error.
+  // connection's error (needs_recover()). An error means the record was not taken; once taken,
+  // a record is delivered exactly once whatever fails after.
   Result<void> send(std::span<const std::byte> payload);
   // send(), retried with progress() until it fits or `timeout` passes (errc::timed_out).
   Result<void> send(std::span<const std::byte> payload, std::chrono::nanoseconds timeout);

@@ -40,6 +40,12 @@ concept RecordSink = requires(S& s, std::span<const std::byte> payload) {
   { s.flush() } -> std::same_as<Result<void>>;
 };
 
+// A Sink that can heal its own connection (Producer::recover()). The poster heals it when an
+// error calls for it (needs_recover()): the application's threads see back-pressure while it
+// heals, never a dead connection.
+template <class S>
+concept RecoverableSink = RecordSink<S> && requires(S& s) { s.recover(); };
+
 struct ThreadedProducerOptions {
   // Records accepted but not yet handed to the Sink. A power of two, at most 32768: the
   // fixed-size Boost.Lockfree pools address nodes with 16-bit indices (65535 at most), and the
@@ -58,6 +64,10 @@ struct ThreadedProducerOptions {
   // How long stop() (and so the destructor) waits for queued records to reach the Sink before
   // it counts the rest as not sent.
   std::chrono::nanoseconds stop_timeout = std::chrono::seconds(1);
+  // A RecoverableSink: how often the poster tries recover() after a failure that calls for it,
+  // and how long it waits between tries, before the failure becomes sticky.
+  std::uint32_t recover_attempts = 50;
+  std::chrono::nanoseconds recover_interval = std::chrono::milliseconds(100);
 };
 
 struct ThreadedProducerStats {
@@ -67,6 +77,7 @@ struct ThreadedProducerStats {
   std::uint64_t would_block = 0;     // send() refused for want of a free slot
   std::uint64_t sink_retries = 0;    // Sink::send() returned would_block; retried after progress()
   std::uint64_t max_queue_depth = 0; // most accepted records seen waiting for the poster at once
+  std::uint64_t recoveries = 0;      // the poster healed the Sink's connection
 };
 
 namespace detail {
@@ -202,6 +213,7 @@ class ThreadedProducer {
         .would_block = would_block_.load(std::memory_order_relaxed),
         .sink_retries = sink_retries_.load(std::memory_order_relaxed),
         .max_queue_depth = max_depth_.load(std::memory_order_relaxed),
+        .recoveries = recoveries_.load(std::memory_order_relaxed),
     };
   }
 
@@ -307,7 +319,7 @@ class ThreadedProducer {
       if ((admission & kClosed) != 0 && popped == admitted(admission)) return;
       if (!failed_.load(std::memory_order_relaxed)) {
         auto r = sink_.progress();
-        if (!r) fail(std::move(r).error());
+        if (!r) on_sink_error(std::move(r).error());
       }
       idle.pause();
     }
@@ -331,13 +343,13 @@ class ThreadedProducer {
         return;
       }
       if (r.error() != errc::would_block) {
-        fail(std::move(r).error());
+        on_sink_error(std::move(r).error());
         continue;
       }
       sink_retries_.fetch_add(1, std::memory_order_relaxed);
       auto p = sink_.progress();
       if (!p) {
-        fail(std::move(p).error());
+        on_sink_error(std::move(p).error());
         continue;
       }
       full.pause();
@@ -349,10 +361,28 @@ class ThreadedProducer {
   std::uint64_t settle(std::uint64_t popped) {
     if (!failed_.load(std::memory_order_relaxed)) {
       auto r = sink_.flush();
-      if (!r) fail(std::move(r).error());
+      if (!r) on_sink_error(std::move(r).error());
     }
     settled_.store(popped, std::memory_order_release);
     return popped;
+  }
+
+  // Heals a RecoverableSink when the error calls for it (the record being handed over is then
+  // retried: the Sink did not take it), else makes the error sticky.
+  void on_sink_error(Error e) {
+    if constexpr (RecoverableSink<Sink>) {
+      if (needs_recover(e)) {
+        for (std::uint32_t attempt = 0; attempt < opts_.recover_attempts; ++attempt) {
+          if (abandon_.load(std::memory_order_acquire)) break;
+          if (sink_.recover()) {
+            recoveries_.fetch_add(1, std::memory_order_relaxed);
+            return;
+          }
+          std::this_thread::sleep_for(opts_.recover_interval);
+        }
+      }
+    }
+    fail(std::move(e));
   }
 
   // The poster is the only writer of error_, and writes it once, before the release store of
@@ -381,6 +411,7 @@ class ThreadedProducer {
   std::atomic<std::uint64_t> not_sent_{0};
   std::atomic<std::uint64_t> sink_retries_{0};
   std::atomic<std::uint64_t> max_depth_{0};
+  std::atomic<std::uint64_t> recoveries_{0};
   // Read on every send: kept off the lines above so their writes do not evict it.
   alignas(kLine) std::atomic<bool> failed_{false};
   Error error_;

@@ -62,6 +62,16 @@ using boost::outcome_v2::success;
 template <class T>
 using Result = boost::outcome_v2::result<T, Error, boost::outcome_v2::policy::terminate>;
 
+// Whether `e` (from a producer's send, progress, flush or drain) calls for recover(): the
+// connection died (completion_error, verbs_failure of a post), the owner stopped answering
+// (owner_lost), or it no longer knows the session (unknown_session: it restarted, and recover()
+// restores the session if its application keeps durable records; otherwise recover() fails with
+// unknown_session again and the session is gone).
+inline bool needs_recover(const Error& e) {
+  return e == errc::completion_error || e == errc::owner_lost || e == errc::unknown_session ||
+         e == errc::verbs_failure;
+}
+
 // Thrown by set-up code; what() is Error::message().
 class SetupError : public std::runtime_error {
  public:

@@ -134,6 +134,10 @@ class ProducerCore {
   // Asks the consumer for a credit write-back with the next publish (once until credit moves).
   void request_credit() noexcept { want_credit_ = !credit_asked_; }
 
+  // Posting a batch failed (ibv_post_send): the connection is broken, as by a failed completion.
+  // The batch's records stay committed in staging and go out again after resume().
+  void on_post_error(Error e) { fail(std::move(e)); }
+
   // A signaled send completion. A failed one breaks the connection (errc::completion_error).
   void on_completion(std::uint64_t wr_id, bool success, int wc_status = 0);
   // The bytes of the credit MR, as read now (possibly torn; then ignored and counted).
