@@ -4,6 +4,9 @@
 //   rdmaring-bench pair     [options]  both roles, as two processes; prints the report
 //   rdmaring-bench consumer [options]  listen, receive --records, print its line
 //   rdmaring-bench producer [options]  connect, send --records, print its line
+//   rdmaring-bench phases   [--device NAME] [--sizes-mb 1,16,64]
+//                           allocation, registration (ibv_reg_mr per MB) and re-registration (what
+//                           a resume pays to revoke an rkey), measured apart, on one device
 //
 // Record k's length and bytes are a function of (seed, k), so the consumer checks every byte
 // without a side channel.
@@ -18,6 +21,9 @@
 //                         (also RTT/2). Filling the record is outside the timed span; the first
 //                         --warmup round trips are not counted.
 // --json FILE writes the run's results (both roles' fields for `pair`) as one JSON object.
+// --metrics PREFIX writes each role's counters in the Prometheus text format to
+// PREFIX-owner.prom and PREFIX-producer.prom. The consumer prints a progress line a second on
+// stderr (records, rate); -q silences it.
 // --no-fill: the producer leaves the records' bytes as staging holds them and the consumer checks
 // only sequence and length (the library's own CRCs still check every byte): the per-byte work
 // of this harness, not of the queue, is left out.
@@ -43,6 +49,9 @@
 #include "bench_records.hpp"
 #include "rdmaring/producer.hpp"
 #include "rdmaring/ring_owner.hpp"
+#include "rdmaring/verbs/context.hpp"
+#include "rdmaring/verbs/mr.hpp"
+#include "rdmaring/verbs/pd.hpp"
 
 namespace {
 
@@ -68,6 +77,10 @@ struct Options {
   std::uint64_t warmup = 16;  // latency: round trips not counted
   std::string json;           // write the results here as JSON
   bool no_fill = false;       // records are neither filled nor checked byte for byte
+  std::string metrics;        // Prometheus text: PREFIX-owner.prom / PREFIX-producer.prom
+  bool quiet = false;         // no progress lines
+  std::string device;         // phases: the device to open (default: RDMARING_DEVICE, else the first)
+  std::string sizes_mb = "1,16,64";  // phases: buffer sizes
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -75,7 +88,8 @@ struct Options {
             << "usage: rdmaring-bench pair|consumer|producer [--address A] [--port P] [--mode imm|tail]\n"
                "  [--ring BYTES] [--max-record BYTES] [--records N] [--sizes mixed|fixed:N] [--seed S]\n"
                "  [--slow-every N --slow-us U] [--relaxed] [--timeout SECONDS]\n"
-               "  [--latency [--warmup N]] [--json FILE] [--no-fill]\n";
+               "  [--latency [--warmup N]] [--json FILE] [--no-fill] [--metrics PREFIX] [-q]\n"
+               "       rdmaring-bench phases [--device NAME] [--sizes-mb 1,16,64]\n";
   std::exit(2);
 }
 
@@ -106,8 +120,16 @@ Options parse(int argc, char** argv) {
     else if (k == "--warmup") o.warmup = std::stoull(next());
     else if (k == "--json") o.json = next();
     else if (k == "--no-fill") o.no_fill = true;
+    else if (k == "--metrics") o.metrics = next();
+    else if (k == "-q") o.quiet = true;
+    else if (k == "--device") o.device = next();
+    else if (k == "--sizes-mb") o.sizes_mb = next();
     else usage("unknown option " + k);
   }
+  if (o.device.empty()) {
+    if (const char* d = std::getenv("RDMARING_DEVICE")) o.device = d;
+  }
+  if (o.role == "phases") return o;
   if (o.address.empty()) usage("no --address and no RDMARING_ADDR");
   if (o.mode != "imm" && o.mode != "tail") usage("--mode must be imm or tail");
   return o;
@@ -196,6 +218,50 @@ void write_json(const Options& o, const std::map<std::string, std::string>* cons
   if (!f) std::cerr << "rdmaring-bench: cannot write " << o.json << "\n";
 }
 
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+  if (!f) std::cerr << "rdmaring-bench: cannot write " << path << "\n";
+}
+
+// Allocation, registration and re-registration apart: what attach and every resume pay before
+// a byte moves. Each figure is the median of 5, per MB (2^20 B).
+int run_phases(const Options& o) {
+  verbs::Context ctx = verbs::Context::open(o.device);
+  verbs::ProtectionDomain pd(ctx);
+  std::cout << "phases on " << ctx.name() << " (median of 5 per size; ms per MB)\n";
+  std::istringstream list(o.sizes_mb);
+  for (std::string item; std::getline(list, item, ',');) {
+    const std::uint64_t mb = std::stoull(item), bytes = mb << 20;
+    std::vector<double> alloc, reg, rereg;
+    for (int i = 0; i < 5; ++i) {
+      auto t0 = Clock::now();
+      verbs::AlignedBuffer buf(bytes);
+      std::memset(buf.data(), 0, bytes);  // the pages a ring really gets
+      const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+      const auto t1 = Clock::now();
+      Clock::time_point t2, t3;
+      {
+        const verbs::MemoryRegion first(pd, buf.data(), bytes, access);
+        t2 = Clock::now();
+      }
+      {
+        // As RingOwner's fence: the old registration goes, a new one (new rkey) comes.
+        const verbs::MemoryRegion again(pd, buf.data(), bytes, access);
+        t3 = Clock::now();
+      }
+      const auto per_mb = [mb](auto d) { return std::chrono::duration<double, std::milli>(d).count() / double(mb); };
+      alloc.push_back(per_mb(t1 - t0));
+      reg.push_back(per_mb(t2 - t1));
+      rereg.push_back(per_mb(t3 - t2));
+    }
+    for (auto* v : {&alloc, &reg, &rereg}) std::sort(v->begin(), v->end());
+    std::cout << "phases size_mb=" << mb << " alloc_ms_per_mb=" << alloc[2] << " reg_mr_ms_per_mb=" << reg[2]
+              << " rereg_ms_per_mb=" << rereg[2] << "\n";
+  }
+  return 0;
+}
+
 int run_consumer(const Options& o) {
   RingOwnerOptions co;
   co.address = o.address;
@@ -215,7 +281,15 @@ int run_consumer(const Options& o) {
   std::vector<std::byte> want(o.max_record + 8);
   const auto deadline = Clock::now() + Seconds(o.timeout_s);
   Clock::time_point first{}, last{};
+  auto next_progress = Clock::now() + Seconds(1);
+  std::uint64_t at_last_progress = 0;
   while (expect < o.records) {
+    if (!o.quiet && Clock::now() >= next_progress) {
+      std::cerr << "progress records=" << expect << "/" << o.records << " rate=" << (expect - at_last_progress)
+                << " rec/s" << std::endl;
+      at_last_progress = expect;
+      next_progress += Seconds(1);
+    }
     const auto n = must(consumer->poll(
                             [&](const Delivery& r) {
                               const std::uint32_t len = size_of(o, expect);
@@ -245,6 +319,7 @@ int run_consumer(const Options& o) {
   while (consumer->session_count() > 0 && Clock::now() < deadline) must(consumer->poll([](const Delivery&) {}, 64), "poll");
   const auto s = consumer->stats();
   const ConsumerCounters& core = s.rings;
+  if (!o.metrics.empty()) write_text(o.metrics + "-owner.prom", consumer->metrics());
   std::ostringstream line;
   line << "consumer records=" << expect << " bad=" << bad << " bytes=" << bytes
             << " seconds=" << Seconds(last - first).count() << " publishes=" << core.publishes
@@ -331,6 +406,7 @@ int run_producer(const Options& o) {
   must(producer.detach(std::chrono::duration_cast<std::chrono::nanoseconds>(Seconds(o.timeout_s))), "detach");
   const auto secs = Seconds(Clock::now() - t0).count();
   const auto s = producer.stats();
+  if (!o.metrics.empty()) write_text(o.metrics + "-producer.prom", producer.metrics());
   const double n = static_cast<double>(o.records);
   auto per = [n](std::uint64_t v) { return static_cast<double>(v) / n; };
   std::ostringstream line;
@@ -459,6 +535,7 @@ int main(int argc, char** argv) {
     if (o.role == "pair") return run_pair(o, argc, argv);
     if (o.role == "consumer") return run_consumer(o);
     if (o.role == "producer") return run_producer(o);
+    if (o.role == "phases") return run_phases(o);
   } catch (const SetupError& e) {
     std::cerr << "rdmaring-bench " << o.role << ": " << e.what() << "\n";
     return 1;

@@ -12,12 +12,6 @@ enum PublishMode {
   tail @2;  # an inline tail-record write publishes (strictly ordered ring MR)
 }
 
-# Where the owner writes credit back: the producer's credit MR (32 bytes, wire::CreditRecord).
-struct CreditTarget {
-  addr @0 :UInt64;
-  rkey @1 :UInt32;
-}
-
 # Who is asking: the session, the epoch the caller is in, and proof that it holds the session
 # secret (16 bytes, keyed BLAKE2b over purpose, session and epoch: sessions.md, "Proofs").
 struct Credentials {
@@ -42,7 +36,7 @@ struct RingGrant {
   tailRkey @10 :UInt32;
   position @11 :UInt64;       # the owner's read head: the next record starts here
   released @12 :UInt64;       # the producer may write below released + ringBytes
-  nextSequence @13 :UInt64;   # the sequence of the record at position; delivered so far: nextSequence - 1
+  nextSequence @13 :UInt64;   # the sequence of the record at position
   dataPort @14 :UInt16;
   leaseMillis @15 :UInt32;    # 0: no lease
 }
@@ -70,14 +64,15 @@ struct GrantOrRefusal {
 
 interface RingService {
   # A new session and its ring, epoch 1.
-  attach @0 (version :UInt32, credit :CreditTarget) -> (reply :GrantOrRefusal);
+  # Where credit goes back is per connection: wire::ConnectData carries the producer's credit MR.
+  attach @0 (version :UInt32) -> (reply :GrantOrRefusal);
 
   # The caller's connection died (or its process restarted): fence the epoch, revoke the ring's
   # key and grant the next epoch. `restarted`: the caller lost its staging and continues from
   # the grant; otherwise `released`/`releasedSequence` say what it still holds (from
   # released, first record's sequence releasedSequence), which an owner restored after its own
   # restart resumes from.
-  resume @1 (who :Credentials, credit :CreditTarget, restarted :Bool,
+  resume @1 (who :Credentials, restarted :Bool,
              released :UInt64, releasedSequence :UInt64) -> (reply :GrantOrRefusal);
 
   # Keeps the lease of an idle session.

@@ -16,12 +16,24 @@ struct ControlClient::Loop {
 
   // Owned by the control thread: made, used and destroyed there.
   kj::AsyncIoContext* io = nullptr;
+  // The owner's replies are read with the same limits the owner applies to requests.
   struct Connection {
     kj::Own<kj::AsyncIoStream> stream;
-    capnp::TwoPartyClient rpc;
+    capnp::TwoPartyVatNetwork network;
+    capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
     schema::RingService::Client service;
     explicit Connection(kj::Own<kj::AsyncIoStream> s)
-        : stream(kj::mv(s)), rpc(*stream), service(rpc.bootstrap().castAs<schema::RingService>()) {}
+        : stream(kj::mv(s)),
+          network(*stream, capnp::rpc::twoparty::Side::CLIENT, capnp::ReaderOptions{kTraversalLimitWords, kNestingLimit}),
+          rpc(capnp::makeRpcClient(network)),
+          service(bootstrap(rpc)) {}
+    static schema::RingService::Client bootstrap(capnp::RpcSystem<capnp::rpc::twoparty::VatId>& rpc) {
+      capnp::word scratch[4] = {};
+      capnp::MallocMessageBuilder message(scratch);
+      auto owner = message.getRoot<capnp::rpc::twoparty::VatId>();
+      owner.setSide(capnp::rpc::twoparty::Side::SERVER);
+      return rpc.bootstrap(owner).castAs<schema::RingService>();
+    }
   };
   kj::Maybe<kj::Own<Connection>> connection;
   kj::Maybe<kj::Promise<void>> heartbeats;

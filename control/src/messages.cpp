@@ -97,7 +97,8 @@ Result<RingGrant> read(schema::GrantOrRefusal::Reader in, bool with_secret) {
   out.ring_rkey = g.getRingRkey();
   out.ring_bytes = g.getRingBytes();
   out.max_record = g.getMaxRecord();
-  BOOST_OUTCOME_TRYV(RingGeometry::make(out.ring_bytes, out.max_record));
+  if (auto geometry = RingGeometry::make(out.ring_bytes, out.max_record); !geometry)
+    return bad_grant(geometry.error().context);
   out.tail_addr = g.getTailAddr();
   out.tail_rkey = g.getTailRkey();
   if (out.mode == wire::PublishMode::tail && out.tail_addr == 0) return bad_grant("tail mode without a tail MR");

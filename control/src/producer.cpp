@@ -6,6 +6,8 @@
 #include "control_client.hpp"
 #include "rdmaring/dma.hpp"
 #include "rdmaring/post.hpp"
+#include "rdmaring/metrics_text.hpp"
+#include "rdmaring/verbs/async_events.hpp"
 #include "rdmaring/verbs/cm_id.hpp"
 #include "rdmaring/verbs/context.hpp"
 #include "rdmaring/verbs/cq.hpp"
@@ -17,6 +19,8 @@
 namespace rdmaring {
 
 namespace {
+
+constexpr std::uint32_t kAsyncEventInterval = 64;
 
 // The verbs objects of one connection (one epoch). Replaced whole by recover().
 struct Link {
@@ -40,6 +44,9 @@ struct Producer::Connection {
   std::unique_ptr<Link> first;  // keeps the device context of the PD alive
   std::optional<verbs::ProtectionDomain> pd;
   std::optional<verbs::CompletionQueue> cq;
+  std::optional<verbs::AsyncEvents> async;
+  std::uint32_t progress_calls = 0;
+  std::map<std::string, std::uint64_t> completion_errors;
   verbs::AlignedBuffer credit_buf{4096};
   std::optional<verbs::MemoryRegion> credit_mr;
   std::optional<verbs::AlignedBuffer> staging;
@@ -63,6 +70,9 @@ struct Producer::Connection {
   void connect_first(const control::RingGrant& grant);
   void resolve(Link& l, const control::RingGrant& grant) {
     l.id.resolve(options.address, grant.data_port, options.connect_timeout, options.source_address);
+  }
+  void granted(std::uint64_t epoch) const {
+    if (options.on_credentials) options.on_credentials(SessionCredentials{session.session, session.secret, epoch});
   }
   void keep_alive(const control::RingGrant& grant) {
     const auto interval = options.heartbeat_interval.value_or(grant.lease / 3);
@@ -129,6 +139,7 @@ Producer Producer::open(const ProducerOptions& options, const SessionCredentials
   if (!grant) throw SetupError(grant.error());
   const control::RingGrant& g = grant.value();
   c->session = g;
+  c->granted(g.at.epoch);
   try {
     c->connect_first(g);
   } catch (const SetupError&) {
@@ -149,6 +160,7 @@ void Producer::Connection::connect_first(const control::RingGrant& g) {
   resolve(*first, g);
   const verbs::Context ctx = first->id.context();
   pd.emplace(ctx);
+  async.emplace(ctx);
   // One CQ entry per SQ slot is enough: only signaled WRs complete, at most one per interval.
   cq.emplace(ctx, static_cast<int>(options.core.sq_depth));
   credit_mr.emplace(*pd, credit_buf.data(), credit_buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
@@ -168,10 +180,16 @@ Result<ResumePoint> Producer::recover() {
   BOOST_OUTCOME_TRY(grant, c.control->resume(who(c.session, epoch, c.proof(ProofPurpose::resume, epoch)), false,
                                              l.released, c.released_sequence()));
   if (grant.ring_bytes != c.core->peer().geometry.bytes || grant.mode != c.core->peer().mode ||
-      grant.max_record != c.core->peer().geometry.max_record)
+      grant.max_record != c.core->peer().geometry.max_record) {
+    // An owner restarted with other options restored the session; it cannot go on, so it
+    // should not hold a ring until its lease runs out.
+    const std::uint64_t e = grant.at.epoch;
+    (void)c.control->detach(who(c.session, e, c.proof(ProofPurpose::detach, e)));
     return make_error(errc::ring_changed, "resume of session " + std::to_string(c.session.session) +
                                               ": the owner's ring is no longer the one staging mirrors");
+  }
   BOOST_OUTCOME_TRYV(c.core->resume(grant.at));
+  c.granted(grant.at.epoch);
   // The new rkeys (the old ones were revoked by the owner's re-registration) and, after an owner
   // restart, a new ring address.
   c.target.remote_base = grant.ring_addr;
@@ -225,7 +243,18 @@ Result<void> Producer::progress() {
       continue;
     }
     ++c_->completions;
+    if (wcs[i].status != IBV_WC_SUCCESS) ++c_->completion_errors[ibv_wc_status_str(wcs[i].status)];
     core.on_completion(wcs[i].wr_id, wcs[i].status == IBV_WC_SUCCESS, wcs[i].status);
+  }
+  // Async events cost a system call to look for: every so many calls is soon enough for what
+  // completions do not report (a QP gone fatal while nothing is posted).
+  if (++c_->progress_calls % kAsyncEventInterval == 0) {
+    BOOST_OUTCOME_TRYV(c_->async->drain([&](const verbs::AsyncEvent& e) {
+      if (e.qp_dead() && e.qp_num == qp_num)
+        core.on_post_error(make_error(errc::completion_error, std::string("async event ") +
+                                                                  ibv_event_type_str(e.type) + " on qp " +
+                                                                  std::to_string(e.qp_num)));
+    }));
   }
   std::array<std::byte, wire::kCreditRecordSize> credit;
   read_dma(c_->credit_buf.data(), std::span{credit});
@@ -307,8 +336,40 @@ Result<void> Producer::detach(std::chrono::nanoseconds timeout) {
 Result<void> Producer::force_error() { return c_->current().qp->force_error(); }
 
 ProducerStats Producer::stats() const {
-  return ProducerStats{c_->core->counters(), c_->post_send_calls, c_->completions, c_->stale_completions,
-                       c_->recoveries, c_->core->ledger()};
+  return ProducerStats{c_->core->counters(), c_->post_send_calls,   c_->completions,
+                       c_->stale_completions, c_->recoveries,       c_->completion_errors,
+                       c_->async->counts().by_type, c_->core->ledger()};
+}
+
+std::string Producer::metrics() const {
+  const ProducerStats s = stats();
+  const auto& k = s.core;
+  MetricsText m;
+  m.counter("producer_records_total", "Records committed", k.records);
+  m.counter("producer_payload_bytes_total", "Payload bytes committed", k.payload_bytes);
+  m.counter("producer_post_send_calls_total", "ibv_post_send calls", s.post_send_calls);
+  m.counter("producer_work_requests_total", "Work requests posted", k.wrs);
+  m.counter("producer_signaled_total", "Signaled work requests", k.signaled);
+  m.counter("producer_wire_bytes_total", "Bytes written to the ring (headers, padding, fill included)", k.wire_bytes);
+  m.counter("producer_publishes_total", "Publishes posted", k.batches);
+  m.counter("producer_credit_updates_total", "Credit write-backs seen", k.credit_updates);
+  m.counter("producer_credit_requests_total", "Publishes that asked for credit", k.credit_requests);
+  m.counter("producer_would_block_total", "Claims refused for lack of ring space", k.would_block);
+  m.counter("producer_stale_credit_total", "Credit records of another epoch, ignored", k.stale_credit);
+  m.counter("producer_recoveries_total", "Resumes into a new epoch", s.recoveries);
+  m.counter("producer_stale_completions_total", "Completions of a replaced connection", s.stale_completions);
+  for (const auto& [status, n] : s.completion_errors)
+    m.counter("producer_completion_errors_total", "Error completions by status", n, {{"status", status}});
+  for (const auto& [type, n] : s.async_events)
+    m.counter("producer_async_events_total", "Asynchronous device events, acknowledged", n, {{"type", type}});
+  const auto& l = s.ledger;
+  for (const auto& [state, bytes] : {std::pair{"producer_writable", l.released + l.ring_bytes - l.claimed},
+                                     {"claimed", l.claimed - l.committed},
+                                     {"written_not_published", l.committed - l.published},
+                                     {"published_not_released", l.published - l.released}})
+    m.gauge("producer_ring_bytes", "Ring bytes by owner, as the producer sees them", static_cast<double>(bytes),
+            {{"state", state}});
+  return m.str();
 }
 
 std::uint64_t Producer::next_sequence() const { return c_->core->next_sequence(); }

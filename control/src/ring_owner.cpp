@@ -16,6 +16,8 @@
 #include "rdmaring/checksum.hpp"
 #include "rdmaring/dma.hpp"
 #include "rdmaring/post.hpp"
+#include "rdmaring/metrics_text.hpp"
+#include "rdmaring/verbs/async_events.hpp"
 #include "rdmaring/verbs/cm_id.hpp"
 #include "rdmaring/verbs/context.hpp"
 #include "rdmaring/verbs/cq.hpp"
@@ -87,6 +89,7 @@ struct RingOwner::State {
   std::optional<verbs::ProtectionDomain> pd;
   std::optional<verbs::CompletionQueue> cq;
   std::optional<verbs::SharedReceiveQueue> srq;
+  std::optional<verbs::AsyncEvents> async;
   std::vector<ibv_recv_wr> recv_chain;
   std::uint32_t recv_owed = 0;  // receives consumed, not yet re-posted
   std::uint16_t control_port = 0;
@@ -103,6 +106,7 @@ struct RingOwner::State {
   kj::Own<kj::ConnectionReceiver> control_listener;
   kj::Own<kj::TaskSet> tasks;
   kj::Own<kj::UnixEventPort::FdObserver> cm_observer;
+  kj::Own<kj::UnixEventPort::FdObserver> async_observer;
   struct TaskErrors;
   kj::Own<TaskErrors> task_errors;
   std::optional<control::EventLoopThread> loop;
@@ -130,6 +134,7 @@ struct RingOwner::State {
   void on_connect_request(verbs::ConnectRequest request);
   void drain_cm_events();
   kj::Promise<void> watch_cm();
+  kj::Promise<void> watch_async();
   kj::Promise<void> accept_control();
   kj::Promise<void> expire_leases(kj::Timer& timer);
 };
@@ -139,7 +144,7 @@ struct RingOwner::State::TaskErrors final : kj::TaskSet::ErrorHandler {
   explicit TaskErrors(State& state) : s(state) {}
   void taskFailed(kj::Exception&&) override {
     std::lock_guard lock(s.m);
-    ++s.counters.control_errors;
+    ++s.counters.control_task_failures;
   }
 };
 
@@ -268,6 +273,7 @@ void RingOwner::State::dispatch(const ibv_wc& wc) {
     // The connection is dead (the producer left, or a credit write ran out of retries): what is
     // published stays deliverable, and the producer may resume.
     ++counters.error_completions;
+    ++counters.completion_errors[ibv_wc_status_str(wc.status)];
     break_link(r);
     return;
   }
@@ -353,7 +359,8 @@ Result<std::size_t> RingOwner::poll(const Handler& handler, std::size_t max) {
         if (!record.value()) break;
         const DeliveredRecord& d = *record.value();
         handler(Delivery{id, d.payload, d.sequence});
-        r.deficit -= static_cast<std::int64_t>(d.payload.size());
+        // Charged by the ring space a record takes, so empty records are not free.
+        r.deficit -= static_cast<std::int64_t>(wire::record_span(d.payload.size()));
         last_end = d.end;
         ++served;
         ++n;
@@ -458,6 +465,20 @@ kj::Promise<void> RingOwner::State::watch_cm() {
   });
 }
 
+// A QP gone fatal with nothing posted on it reports no completion: only its async event tells.
+kj::Promise<void> RingOwner::State::watch_async() {
+  return async_observer->whenBecomesReadable().then([this] {
+    {
+      std::lock_guard lock(m);
+      (void)async->drain([this](const verbs::AsyncEvent& e) {
+        if (!e.qp_dead()) return;
+        if (const auto it = by_qp.find(e.qp_num); it != by_qp.end()) break_link(*it->second);
+      });
+    }
+    return watch_async();
+  });
+}
+
 kj::Promise<void> RingOwner::State::expire_leases(kj::Timer& timer) {
   const auto period = std::max<std::int64_t>(options.lease.count() / 4, 1) * kj::MILLISECONDS;
   return timer.afterDelay(period).then([this, &timer] {
@@ -544,6 +565,12 @@ kj::Promise<void> Service::attach(AttachContext context) {
     s_.rings.erase(e.id);
     refuse(reply, make_error(errc::no_capacity, "attach: " + err.error().message()));
     return kj::READY_NOW;
+  } catch (const std::bad_alloc&) {
+    s_.table.remove(e.id);
+    s_.rings.erase(e.id);
+    refuse(reply, make_error(errc::no_capacity, "attach: no memory for a ring of " +
+                                                    std::to_string(s_.options.ring_bytes) + " B"));
+    return kj::READY_NOW;
   }
   auto on_session = s_.options.on_session;
   lock.unlock();
@@ -585,6 +612,14 @@ kj::Promise<void> Service::resume(ResumeContext context) {
         refuse(reply, epoch.error());
         return kj::READY_NOW;
       }
+      if (first > durable->next_sequence) {
+        // The producer no longer holds records the application's durable record says it has not
+        // processed: the old owner released them. Delivery goes on; the gap is reported.
+        ++s_.counters.restore_gaps;
+        s_.counters.last_session_failure = "session " + std::to_string(c.session) + ": restored at sequence " +
+                                           std::to_string(durable->next_sequence) + " but the producer holds from " +
+                                           std::to_string(first) + "; records in between are lost";
+      }
       const ResumePoint at{epoch.value(), released, released, first};
       SessionRing& r = s_.make_ring(c.session, at, durable->next_sequence);
       control::write(reply.initGrant(), s_.grant(r, *s_.table.find(c.session), at), false);
@@ -608,6 +643,10 @@ kj::Promise<void> Service::resume(ResumeContext context) {
     s_.table.remove(c.session);
     s_.close_session(c.session);
     refuse(reply, make_error(errc::no_capacity, "resume: " + err.error().message()));
+  } catch (const std::bad_alloc&) {
+    s_.table.remove(c.session);
+    s_.close_session(c.session);
+    refuse(reply, make_error(errc::no_capacity, "resume: no memory for a ring"));
   }
   return kj::READY_NOW;
 }
@@ -646,6 +685,7 @@ std::unique_ptr<RingOwner> RingOwner::start(const RingOwnerOptions& options) {
   s->listener.bind_and_listen(options.address, options.data_port, 64);
   const verbs::Context ctx = s->listener.context();
   s->pd.emplace(ctx);
+  s->async.emplace(ctx);
   const bool imm = options.mode == wire::PublishMode::imm;
   s->cq.emplace(ctx, static_cast<int>(options.core.sq_depth * options.max_sessions + (imm ? options.recv_depth : 0)));
   if (imm) {
@@ -666,11 +706,15 @@ std::unique_ptr<RingOwner> RingOwner::start(const RingOwnerOptions& options) {
         st.cm_observer = kj::heap<kj::UnixEventPort::FdObserver>(io.unixEventPort, st.channel.get()->fd,
                                                                    kj::UnixEventPort::FdObserver::OBSERVE_READ);
         st.tasks->add(st.watch_cm());
+        st.async_observer = kj::heap<kj::UnixEventPort::FdObserver>(io.unixEventPort, st.async->fd(),
+                                                                      kj::UnixEventPort::FdObserver::OBSERVE_READ);
+        st.tasks->add(st.watch_async());
         if (st.options.lease.count() > 0) st.tasks->add(st.expire_leases(io.provider->getTimer()));
       },
       [&st] {
         st.tasks = nullptr;
         st.cm_observer = nullptr;
+        st.async_observer = nullptr;
         st.control_listener = nullptr;
       });
   return std::unique_ptr<RingOwner>(new RingOwner(std::move(s)));
@@ -696,6 +740,7 @@ RingOwnerStats RingOwner::stats() const {
   std::lock_guard lock(s_->m);
   RingOwnerStats out = s_->counters;
   out.sessions = s_->table.counters();
+  out.async_events = s_->async->counts().by_type;
   for (const auto& [id, r] : s_->rings) {
     out.rings += r->core->counters();
     const SessionEntry* e = s_->table.find(id);
@@ -703,6 +748,54 @@ RingOwnerStats RingOwner::stats() const {
                                            r->core->counters(), r->core->ledger()});
   }
   return out;
+}
+
+std::string RingOwner::metrics() const {
+  const RingOwnerStats s = stats();
+  MetricsText m;
+  const auto& t = s.sessions;
+  m.counter("owner_attaches_total", "Sessions attached", t.attaches);
+  m.counter("owner_resumes_total", "Resumes admitted (each a new epoch and rkey)", t.resumes);
+  m.counter("owner_restores_total", "Sessions restored from the application's durable record", t.restores);
+  m.counter("owner_qp_connects_total", "Producer QPs admitted and established", t.connects);
+  m.counter("owner_detaches_total", "Sessions detached", t.detaches);
+  m.counter("owner_leases_expired_total", "Sessions closed for lack of publishes or heartbeats", t.expired);
+  m.counter("owner_sessions_failed_total", "Sessions closed because their producer broke the protocol", s.sessions_failed);
+  for (const auto& [reason, n] : {std::pair{"unknown_session", t.refused_unknown}, {"bad_proof", t.refused_proof},
+                                  {"stale_epoch", t.refused_stale}, {"already_connected", t.refused_state},
+                                  {"no_capacity", t.refused_capacity}})
+    m.counter("owner_refusals_total", "Control messages and connect requests refused", n, {{"reason", reason}});
+  m.counter("owner_connect_refused_total", "Connect requests rejected", s.connect_refused);
+  m.counter("owner_control_calls_total", "Control-channel calls served", s.control_calls);
+  m.counter("owner_records_total", "Records delivered", s.rings.records);
+  m.counter("owner_payload_bytes_total", "Payload bytes delivered", s.rings.payload_bytes);
+  m.counter("owner_publishes_total", "Publish events (immediates, tail records) that moved a mark", s.rings.publishes);
+  m.counter("owner_credit_writes_total", "Credit write-backs posted", s.rings.credit_writes);
+  m.counter("owner_credit_requests_total", "Credit requests seen", s.rings.credit_requests);
+  m.counter("owner_stale_epoch_publishes_total", "Publishes of another epoch, ignored", s.rings.stale_epoch);
+  m.counter("owner_duplicates_dropped_total", "Records below a restored session's durable sequence, not delivered",
+            s.rings.duplicates_dropped);
+  m.counter("owner_recv_completions_total", "Receive completions (immediates)", s.recv_completions);
+  m.counter("owner_stale_completions_total", "Completions of a QP that is gone", s.stale_completions);
+  for (const auto& [status, n] : s.completion_errors)
+    m.counter("owner_completion_errors_total", "Error completions by status", n, {{"status", status}});
+  for (const auto& [type, n] : s.async_events)
+    m.counter("owner_async_events_total", "Asynchronous device events, acknowledged", n, {{"type", type}});
+  m.gauge("owner_sessions", "Sessions attached now", static_cast<double>(s.per_session.size()));
+  for (const auto& ps : s.per_session) {
+    const MetricsText::Labels id{{"session", std::to_string(ps.session)}};
+    m.gauge("session_epoch", "The session's epoch", static_cast<double>(ps.epoch), id);
+    m.counter("session_records_total", "Records delivered from the session", ps.core.records, id);
+    const auto& l = ps.ledger;
+    for (const auto& [state, bytes] :
+         {std::pair{"producer_owned", l.credited + l.ring_bytes - l.published}, {"published", l.published - l.head},
+          {"being_consumed", l.delivered - l.released}, {"released_not_credited", l.released - l.credited}}) {
+      auto labels = id;
+      labels.emplace_back("state", state);
+      m.gauge("session_ring_bytes", "Ring bytes by owner (the ownership ledger)", static_cast<double>(bytes), labels);
+    }
+  }
+  return m.str();
 }
 
 std::optional<std::uint32_t> RingOwner::ring_checksum(SessionId session) const {

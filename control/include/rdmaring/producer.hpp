@@ -9,6 +9,8 @@
 
 #include <array>
 #include <chrono>
+#include <functional>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -19,6 +21,14 @@
 #include "rdmaring/producer_core.hpp"
 
 namespace rdmaring {
+
+// What a producer process must keep (durably, if it wants to survive its own restart) to rejoin
+// its session: the id, the secret, and the epoch it was last granted.
+struct SessionCredentials {
+  std::uint64_t session = 0;
+  std::array<std::byte, 32> secret{};
+  std::uint64_t epoch = 0;
+};
 
 struct ProducerOptions {
   std::string address;  // the ring owner's address: control channel (TCP) and rdma_cm both
@@ -31,14 +41,10 @@ struct ProducerOptions {
   // Heartbeats keep the session's lease while the producer is idle; by default a third of the
   // lease the owner grants. Zero: no heartbeats (the session lives only while it publishes).
   std::optional<std::chrono::milliseconds> heartbeat_interval;
-};
-
-// What a producer process must keep (durably, if it wants to survive its own restart) to rejoin
-// its session: the id, the secret, and the epoch it was last granted.
-struct SessionCredentials {
-  std::uint64_t session = 0;
-  std::array<std::byte, 32> secret{};
-  std::uint64_t epoch = 0;
+  // Called with the session's credentials as soon as an epoch is granted (attach, rejoin,
+  // recover), before its QP connects: a producer that wants to survive its own restart stores
+  // them here. Once the QP connects, the owner no longer admits a resume from the epoch before.
+  std::function<void(const SessionCredentials&)> on_credentials;
 };
 
 // Per-record costs are these divided by core.records.
@@ -48,6 +54,8 @@ struct ProducerStats {
   std::uint64_t completions = 0;  // signaled send completions polled
   std::uint64_t stale_completions = 0;  // completions of a replaced connection, ignored
   std::uint64_t recoveries = 0;
+  std::map<std::string, std::uint64_t> completion_errors;  // by ibv_wc_status_str
+  std::map<std::string, std::uint64_t> async_events;       // by ibv_event_type_str, every one acknowledged
   ProducerLedger ledger;
 };
 
@@ -107,6 +115,8 @@ class Producer {
   SessionCredentials credentials() const;
 
   ProducerStats stats() const;
+  // The stats in the Prometheus text format (rdmaring_producer_*).
+  std::string metrics() const;
   std::string ledger_dump() const;
   wire::PublishMode mode() const;
 

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -84,7 +85,8 @@ struct SessionStats {
 struct RingOwnerStats {
   SessionCounters sessions;
   std::uint64_t control_calls = 0;
-  std::uint64_t control_errors = 0;      // malformed control messages and failed control connections
+  std::uint64_t control_task_failures = 0;  // control-thread tasks (listener, rdma_cm, leases) that failed
+  std::uint64_t restore_gaps = 0;        // restores where the producer no longer held every unprocessed record
   std::uint64_t connect_refused = 0;     // connect requests refused (any reason in `sessions`)
   std::uint64_t sessions_failed = 0;     // closed because their producer broke the protocol
   std::uint64_t recv_completions = 0;
@@ -93,6 +95,8 @@ struct RingOwnerStats {
   std::uint64_t stale_completions = 0;   // completions of a QP that is gone
   std::uint64_t error_completions = 0;   // each marks its session's connection broken
   ConsumerCounters rings;  // summed over every ring, closed ones included
+  std::map<std::string, std::uint64_t> completion_errors;  // by ibv_wc_status_str
+  std::map<std::string, std::uint64_t> async_events;       // by ibv_event_type_str, every one acknowledged
   std::string last_session_failure;
   std::vector<SessionStats> per_session;
 };
@@ -112,15 +116,20 @@ class RingOwner {
 
   using Handler = std::function<void(const Delivery&)>;
   // Delivers up to `max` records from all sessions, in order within each, taking sessions in
-  // turn; each record is released when the handler returns. Returns how many. A session whose
-  // producer breaks the protocol is closed (counted, RingOwnerStats::last_session_failure) and
-  // the others go on. Errors: verbs_failure of the shared completion or receive queue.
+  // turn (deficit round robin by ring space). A record is released (its space goes back to its
+  // producer) after its handler returned, at the end of its session's turn: an application that
+  // keeps DurableSession records makes each sequence durable before the handler returns.
+  // Returns how many. A session whose producer breaks the protocol is closed (counted,
+  // RingOwnerStats::last_session_failure) and the others go on. Errors: verbs_failure of the
+  // shared completion or receive queue.
   Result<std::size_t> poll(const Handler& handler, std::size_t max);
 
   std::size_t session_count() const;
   RingOwnerStats stats() const;
   // One line per session: its state, epoch and ring ledger.
   std::string ledger_dump() const;
+  // Every counter above in the Prometheus text format (rdmaring_owner_*, rdmaring_session_*).
+  std::string metrics() const;
   // CRC-32C of a session's whole ring as it is in memory now (nullopt: no such session). For
   // audits: what a fenced writer could have touched shows up here.
   std::optional<std::uint32_t> ring_checksum(SessionId session) const;
