@@ -89,15 +89,20 @@ ControlClient::ControlClient(const std::string& host, std::uint16_t port, std::c
   l.host = host;
   l.port = port;
   l.timeout = timeout;
-  l.thread.emplace(
-      [&l](kj::AsyncIoContext& io) {
-        l.io = &io;
-        l.service().wait(io.waitScope);
-      },
-      [&l] {
-        l.heartbeats = nullptr;
-        l.connection = nullptr;
-      });
+  try {
+    l.thread.emplace(
+        [&l](kj::AsyncIoContext& io) {
+          l.io = &io;
+          l.service().wait(io.waitScope);
+        },
+        [&l] {
+          l.heartbeats = nullptr;
+          l.connection = nullptr;
+        });
+  } catch (const SetupError& e) {
+    throw SetupError(make_error(errc::control_failure, "control channel to " + host + ":" + std::to_string(port) +
+                                                           ": " + e.error().context));
+  }
 }
 
 ControlClient::~ControlClient() = default;
@@ -141,29 +146,30 @@ Result<void> answered(const Results& r) {
   return read(r.getRefused());
 }
 
+// A call whose only parameter is `who` and whose answer is ok-or-refusal; `make` picks the method.
+template <class MakeRequest>
+kj::Promise<Result<void>> who_call(kj::Promise<schema::RingService::Client> service, const Credentials& who,
+                                   MakeRequest make) {
+  return service.then([&who, make](schema::RingService::Client s) {
+    auto request = make(s);
+    write(request.initWho(), who);
+    return request.send().then([](auto&& r) { return answered(r); });
+  });
+}
+
 }  // namespace
 
 Result<void> ControlClient::heartbeat(const Credentials& who) {
   Loop& l = *loop_;
   return l.thread->call("heartbeat", [&] {
-    return l.bounded(l.service().then([&](schema::RingService::Client s) {
-      auto request = s.heartbeatRequest();
-      write(request.initWho(), who);
-      return request.send().then(
-          [](capnp::Response<schema::RingService::HeartbeatResults>&& r) { return answered(r); });
-    }));
+    return l.bounded(who_call(l.service(), who, [](auto& s) { return s.heartbeatRequest(); }));
   });
 }
 
 Result<void> ControlClient::detach(const Credentials& who) {
   Loop& l = *loop_;
   return l.thread->call("detach", [&] {
-    return l.bounded(l.service().then([&](schema::RingService::Client s) {
-      auto request = s.detachRequest();
-      write(request.initWho(), who);
-      return request.send().then(
-          [](capnp::Response<schema::RingService::DetachResults>&& r) { return answered(r); });
-    }));
+    return l.bounded(who_call(l.service(), who, [](auto& s) { return s.detachRequest(); }));
   });
 }
 

@@ -25,7 +25,7 @@ EventLoopThread::EventLoopThread(std::function<void(kj::AsyncIoContext&)> setup,
       teardown();
       stop_ = nullptr;
     } catch (const kj::Exception& e) {
-      if (!running) started.set_exception(std::make_exception_ptr(SetupError(control_error(e, "control channel set-up"))));
+      if (!running) started.set_exception(std::make_exception_ptr(SetupError(control_error(e, "set-up"))));
     } catch (...) {
       if (!running) started.set_exception(std::current_exception());
     }

@@ -536,6 +536,13 @@ void refuse(Reply reply, const Error& e) {
   control::write(reply.initRefused(), e);
 }
 
+// A session's ring could not be made or registered again (memlock, device, memory): the session
+// cannot go on, and the producer is told why.
+Error ring_failure(const char* call, const std::exception& e) {
+  const auto* setup = dynamic_cast<const SetupError*>(&e);
+  return make_error(errc::no_capacity, std::string(call) + ": " + (setup ? setup->error().message() : e.what()));
+}
+
 }  // namespace
 
 kj::Promise<void> Service::attach(AttachContext context) {
@@ -560,16 +567,10 @@ kj::Promise<void> Service::attach(AttachContext context) {
   try {
     SessionRing& r = s_.make_ring(e.id, ResumePoint{}, 0);
     control::write(reply.initGrant(), s_.grant(r, e, ResumePoint{}), true);
-  } catch (const SetupError& err) {
+  } catch (const std::exception& err) {
     s_.table.remove(e.id);
     s_.rings.erase(e.id);
-    refuse(reply, make_error(errc::no_capacity, "attach: " + err.error().message()));
-    return kj::READY_NOW;
-  } catch (const std::bad_alloc&) {
-    s_.table.remove(e.id);
-    s_.rings.erase(e.id);
-    refuse(reply, make_error(errc::no_capacity, "attach: no memory for a ring of " +
-                                                    std::to_string(s_.options.ring_bytes) + " B"));
+    refuse(reply, ring_failure("attach", err));
     return kj::READY_NOW;
   }
   auto on_session = s_.options.on_session;
@@ -638,15 +639,10 @@ kj::Promise<void> Service::resume(ResumeContext context) {
       return kj::READY_NOW;
     }
     control::write(reply.initGrant(), s_.grant(r, *s_.table.find(c.session), at.value()), false);
-  } catch (const SetupError& err) {
-    // Registration failed (memlock, device): the session cannot go on.
+  } catch (const std::exception& err) {
     s_.table.remove(c.session);
     s_.close_session(c.session);
-    refuse(reply, make_error(errc::no_capacity, "resume: " + err.error().message()));
-  } catch (const std::bad_alloc&) {
-    s_.table.remove(c.session);
-    s_.close_session(c.session);
-    refuse(reply, make_error(errc::no_capacity, "resume: no memory for a ring"));
+    refuse(reply, ring_failure("resume", err));
   }
   return kj::READY_NOW;
 }
@@ -683,7 +679,16 @@ std::unique_ptr<RingOwner> RingOwner::start(const RingOwnerOptions& options) {
   if (auto ok = options.validate(); !ok) throw SetupError(ok.error());
   auto s = std::make_unique<State>(options);
   s->listener.bind_and_listen(options.address, options.data_port, 64);
-  const verbs::Context ctx = s->listener.context();
+  const verbs::Context ctx = [&] {
+    try {
+      return s->listener.context();
+    } catch (const SetupError& e) {
+      if (e.error() != errc::no_device) throw;
+      throw SetupError(make_error(errc::no_device, "RingOwner: address " + options.address +
+                                                       " is on no RDMA device (rdma_cm bound it to none); give the "
+                                                       "address of an RDMA netdev (rdmaring-doctor lists them)"));
+    }
+  }();
   s->pd.emplace(ctx);
   s->async.emplace(ctx);
   const bool imm = options.mode == wire::PublishMode::imm;

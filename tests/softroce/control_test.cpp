@@ -670,3 +670,58 @@ TEST_CASE("eight threads send through one ThreadedProducer across QP failures: e
   INFO("back-pressure refusals " << stats.would_block << ", max queue depth " << stats.max_queue_depth);
   CHECK(owner->stats().sessions.resumes == sink.faults);
 }
+
+// The README's table of bad input and bad configuration: each row's error, as a user sees it.
+TEST_CASE("bad input and bad configuration give the README's errors", "[softroce][sessions][readme]") {
+  auto expect_setup_error = [](auto&& f, errc code, const std::string& fragment) {
+    try {
+      f();
+      FAIL("no error where " << fragment << " was expected");
+    } catch (const SetupError& e) {
+      WARN("README row: " << e.what());
+      CHECK(e.error() == code);
+      CHECK_THAT(std::string(e.what()), Catch::Contains(fragment));
+    }
+  };
+  SECTION("an address with no RDMA device behind it") {
+    auto o = owner_options(wire::PublishMode::imm);
+    o.address = "127.0.0.1";
+    expect_setup_error([&] { (void)RingOwner::start(o); }, errc::no_device, "is on no RDMA device");
+  }
+  SECTION("ring size not a power of two") {
+    auto o = owner_options(wire::PublishMode::imm);
+    o.ring_bytes = 100000;
+    expect_setup_error([&] { (void)RingOwner::start(o); }, errc::bad_config, "power of two");
+  }
+  SECTION("no owner at the address") {
+    ProducerOptions p;
+    p.address = device_address();
+    p.control_port = 1;  // nothing listens there
+    p.connect_timeout = 2s;
+    expect_setup_error([&] { (void)Producer::attach(p); }, errc::control_failure, "Connection refused");
+  }
+  SECTION("wrong secret, unknown session, stale epoch") {
+    const auto owner = RingOwner::start(owner_options(wire::PublishMode::imm));
+    Auditor audit(*owner);
+    SessionCredentials c;
+    {
+      Producer p = Producer::attach(producer_options(*owner));
+      c = p.credentials();
+      REQUIRE(send_records(p, 10));
+      REQUIRE(p.drain(10s));
+    }  // dropped without detach: the session stays until its lease, as after a crash
+    SessionCredentials wrong = c;
+    wrong.secret[0] ^= std::byte{1};
+    expect_setup_error([&] { (void)Producer::rejoin(producer_options(*owner), wrong); }, errc::bad_proof,
+                       "session proof does not match");
+    SessionCredentials stranger = c;
+    stranger.session ^= 1;
+    expect_setup_error([&] { (void)Producer::rejoin(producer_options(*owner), stranger); }, errc::unknown_session,
+                       "unknown session");
+    {
+      Producer again = Producer::rejoin(producer_options(*owner), c);  // epoch 1 -> 2
+      CHECK(again.next_sequence() == 10);
+    }
+    expect_setup_error([&] { (void)Producer::rejoin(producer_options(*owner), c); }, errc::stale_epoch, "stale epoch");
+  }
+}

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "device_address.hpp"
+#include "memlock_sandbox.hpp"
 #include "rdmaring/producer.hpp"
 #include "rdmaring/ring_owner.hpp"
 #include "rdmaring/verbs/mr.hpp"
@@ -80,35 +81,6 @@ void check_stream(const std::string& mode) {
   CHECK(num(run.producer, "post_send_calls") < 1000000 / 5);
   CHECK(num(run.producer, "signaled") < 1000000 / 50);
 }
-
-// Lowers what the process may pin for one test and restores it afterwards: the effective
-// CAP_IPC_LOCK (root in the guest has it, and it would bypass the limit) and the soft
-// RLIMIT_MEMLOCK. Capabilities are per thread: construct it before the RingOwner, whose control
-// thread (where rings are registered) inherits the lowered set.
-class MemlockSandbox {
- public:
-  explicit MemlockSandbox(std::uint64_t soft_limit) {
-    REQUIRE(getrlimit(RLIMIT_MEMLOCK, &saved_limit_) == 0);
-    REQUIRE(syscall(SYS_capget, &header_, saved_caps_) == 0);
-    __user_cap_data_struct lowered[2] = {saved_caps_[0], saved_caps_[1]};
-    lowered[CAP_TO_INDEX(CAP_IPC_LOCK)].effective &= ~CAP_TO_MASK(CAP_IPC_LOCK);
-    REQUIRE(syscall(SYS_capset, &header_, lowered) == 0);
-    rlimit lim = saved_limit_;
-    lim.rlim_cur = soft_limit;
-    REQUIRE(setrlimit(RLIMIT_MEMLOCK, &lim) == 0);
-  }
-  ~MemlockSandbox() {
-    setrlimit(RLIMIT_MEMLOCK, &saved_limit_);
-    syscall(SYS_capset, &header_, saved_caps_);
-  }
-  MemlockSandbox(const MemlockSandbox&) = delete;
-  MemlockSandbox& operator=(const MemlockSandbox&) = delete;
-
- private:
-  rlimit saved_limit_{};
-  __user_cap_header_struct header_{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct saved_caps_[2]{};
-};
 
 }  // namespace
 
@@ -237,29 +209,39 @@ TEST_CASE("over one connection: zero-copy claim, a record too large, a blocking 
   CHECK(s.error_completions == 0);
 }
 
+namespace {
+
+// The owner could not register a session's ring: the attach is refused (no_capacity), the
+// refusal's text names the reason, and no session is left behind.
+template <class Matcher>
+void expect_attach_refused(const RingOwner& owner, const Matcher& reason) {
+  ProducerOptions po;
+  po.address = device_address();
+  po.control_port = owner.control_port();
+  po.connect_timeout = std::chrono::seconds(5);
+  try {
+    (void)Producer::attach(po);
+    FAIL("attach granted a ring the owner could not register");
+  } catch (const SetupError& e) {
+    INFO(e.what());
+    CHECK(e.error() == errc::no_capacity);
+    CHECK_THAT(e.what(), reason);
+  }
+  CHECK(owner.session_count() == 0);
+  CHECK(owner.stats().per_session.empty());
+}
+
+}  // namespace
+
 TEST_CASE("a ring registered with on-demand paging is refused where the device has none", "[softroce][data]") {
   RingOwnerOptions oo;
   oo.address = device_address();
   oo.on_demand_paging = true;
   // Rings are registered per session, at attach: the owner starts.
   const auto owner = RingOwner::start(oo);
-  ProducerOptions po;
-  po.address = oo.address;
-  po.control_port = owner->control_port();
-  po.connect_timeout = std::chrono::seconds(5);
-  try {
-    (void)Producer::attach(po);
-    FAIL("attach granted a ring registered with ODP on a device without it");
-  } catch (const SetupError& e) {
-    INFO(e.what());
-    // The owner could not register the session's ring: a refused attach, naming the reason
-    // (mr.cpp's odp_unsupported message, carried in the refusal's text).
-    CHECK(e.error() == errc::no_capacity);
-    CHECK_THAT(e.what(), Catch::Contains("on-demand paging requested") &&
-                             Catch::Contains("does not support ODP for RC RDMA WRITE"));
-  }
-  CHECK(owner->session_count() == 0);
-  CHECK(owner->stats().per_session.empty());
+  // mr.cpp's odp_unsupported message, carried in the refusal's text.
+  expect_attach_refused(*owner, Catch::Contains("on-demand paging requested") &&
+                                    Catch::Contains("does not support ODP for RC RDMA WRITE"));
 }
 
 TEST_CASE("a ring beyond RLIMIT_MEMLOCK is refused at attach, saying why", "[softroce][data]") {
@@ -272,18 +254,5 @@ TEST_CASE("a ring beyond RLIMIT_MEMLOCK is refused at attach, saying why", "[sof
   oo.address = device_address();
   oo.ring_bytes = kRing;
   const auto owner = RingOwner::start(oo);
-  ProducerOptions po;
-  po.address = oo.address;
-  po.control_port = owner->control_port();
-  po.connect_timeout = std::chrono::seconds(5);
-  try {
-    (void)Producer::attach(po);
-    FAIL("attach granted a ring beyond RLIMIT_MEMLOCK");
-  } catch (const SetupError& e) {
-    INFO(e.what());
-    CHECK(e.error() == errc::no_capacity);
-    CHECK_THAT(e.what(), Catch::Contains("RLIMIT_MEMLOCK is") && Catch::Contains("raise it"));
-  }
-  CHECK(owner->session_count() == 0);
-  CHECK(owner->stats().per_session.empty());
+  expect_attach_refused(*owner, Catch::Contains("RLIMIT_MEMLOCK is") && Catch::Contains("raise it"));
 }

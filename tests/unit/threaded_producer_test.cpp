@@ -15,13 +15,6 @@
 using namespace rdmaring;
 using namespace std::chrono_literals;
 
-#if defined(__SANITIZE_THREAD__)
-// Boost.Lockfree's fixed-size freelist and stack read a node's `next` index non-atomically
-// before the tagged CAS that discards a stale read (boostorg/lockfree#22, #78): benign by
-// design, but TSan reports it. Only races whose innermost frame is Boost.Lockfree's are muted, so
-// one on a slot's bytes or a counter is still reported.
-extern "C" const char* __tsan_default_suppressions() { return "race_top:boost::lockfree::\n"; }
-#endif
 
 namespace {
 
