@@ -140,6 +140,8 @@ Producer Producer::open(const ProducerOptions& options, const SessionCredentials
   const control::RingGrant& g = grant.value();
   c->session = g;
   c->granted(g.at.epoch);
+  // Heartbeats from the grant on: the lease must not run out while the QP connects.
+  c->keep_alive(g);
   try {
     c->connect_first(g);
   } catch (const SetupError&) {
@@ -151,7 +153,6 @@ Producer Producer::open(const ProducerOptions& options, const SessionCredentials
     }
     throw;
   }
-  c->keep_alive(g);
   return Producer(std::move(c));
 }
 

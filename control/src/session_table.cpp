@@ -43,6 +43,14 @@ Result<SessionEntry*> SessionTable::verify(const Credentials& who, ProofPurpose 
   return &it->second;
 }
 
+// The current epoch, or, while resuming, any epoch from the unconfirmed one up: a duplicated or
+// late resume request from that window fences the epoch its producer was just granted, and the
+// producer (which asks from the epoch it holds) must still get back in. Once the new epoch's QP
+// connects, the window closes.
+bool SessionTable::admits(const SessionEntry& s, std::uint64_t epoch) noexcept {
+  return epoch == s.epoch || (s.unconfirmed && *s.unconfirmed <= epoch && epoch < s.epoch);
+}
+
 Error SessionTable::stale(const SessionEntry& s, std::uint64_t epoch, const char* what) {
   ++counters_.refused_stale;
   return make_error(errc::stale_epoch, std::string(what) + " for session " + std::to_string(s.id) + " epoch " +
@@ -52,11 +60,10 @@ Error SessionTable::stale(const SessionEntry& s, std::uint64_t epoch, const char
 
 Result<std::uint64_t> SessionTable::resume(const Credentials& who, Clock::time_point now) {
   BOOST_OUTCOME_TRY(s, verify(who, ProofPurpose::resume));
-  const bool current = who.epoch == s->epoch;
-  const bool retried = s->unconfirmed && who.epoch == *s->unconfirmed;
-  if (!current && !retried) return stale(*s, who.epoch, "resume");
-  // A retry keeps its original fallback: the epoch it came from may ask again.
-  if (current) s->unconfirmed = s->epoch;
+  if (!admits(*s, who.epoch)) return stale(*s, who.epoch, "resume");
+  // The window's lower end stays: a retry from it, or a late copy of any request in it, may come
+  // yet. Every admission fences, so none of them can deliver a record twice.
+  if (!s->unconfirmed) s->unconfirmed = s->epoch;
   ++s->epoch;
   s->state = SessionState::resuming;
   s->last_seen = now;
@@ -116,7 +123,7 @@ void SessionTable::touch(SessionId id, Clock::time_point now) noexcept {
 
 Result<void> SessionTable::heartbeat(const Credentials& who, Clock::time_point now) {
   BOOST_OUTCOME_TRY(s, verify(who, ProofPurpose::heartbeat));
-  if (who.epoch != s->epoch && !(s->unconfirmed && who.epoch == *s->unconfirmed)) return stale(*s, who.epoch, "heartbeat");
+  if (!admits(*s, who.epoch)) return stale(*s, who.epoch, "heartbeat");
   s->last_seen = now;
   return success();
 }

@@ -29,6 +29,26 @@
  *   MAXREC        positions (records) the producer may commit, over all connections
  *   MAXDROP       connection drops, each followed by a resume in epoch + 1
  *   NO_P4, NO_P8  leave out the P4 (P8) assertions, to see what else would break
+ *   PROBE_WINDOW  (SESSION) a probe: assert that no replay admitted in the retry window fences the
+ *                 producer's live QP (it must fail: the window is reached)
+ *   SESSION       1 = connections go through the ring owner's session table (sessions.md): the
+ *                 producer's resume request, the owner's fence and grant (table.resume, fence,
+ *                 begin_epoch), the grant's reply (which may be lost), the producer's resume(),
+ *                 its connect request (table.admit_connect: the current epoch only), the owner's
+ *                 ESTABLISHED (on_connected, which ends the retry window); old control messages
+ *                 replayed at any step. 0 = one atomic resume step, as in runs 1-17
+ *   MAXREPLAY     (SESSION) replayed control messages: a resume or a connect request captured in
+ *                 an older epoch, offered to the owner at any step
+ *   MAXLOST       (SESSION) resume replies lost on the way to the producer
+ *   FALLBACK      (SESSION) 1 = a producer whose resume is refused as stale asks again from each
+ *                 earlier epoch it can sign for, newest first; 0 = only from its core's epoch, as
+ *                 Producer::recover does, and it gives up when refused
+ *   ADMIT_STALE   (SESSION, mutant) the table admits a resume or a connect of any older epoch
+ *   KEEP_UNCONF   (SESSION, mutant) the table keeps the unconfirmed epoch U after the new epoch's
+ *                 QP is established, so a resume of U stays admissible
+ *   RETRY_RANGE   (SESSION, a proposed rule) while resuming, the table admits a resume of any epoch
+ *                 from U to the current one, not only U and the current one: the epochs granted
+ *                 by earlier retries, which the producer may hold
  *
  * Properties (assertions; README.md §3):
  *   P1 the consumer delivers only the record it expects, fully placed, as the current producer
@@ -37,7 +57,10 @@
  *      producer's released;  P5 (when NOTREADY_OK = 0) a record below the mark always passes its
  *      check;  P6 when nothing can move any more, everything committed was delivered (unless a
  *      side failed);  P7 the producer accepts the consumer's resume point;  P8 nothing lands on
- *      a record the consumer may still read, or is reading, other than that same record.
+ *      a record the consumer may still read, or is reading, other than that same record;
+ *   P9 (SESSION) a control message of an epoch the session left (older than the current one and
+ *      not the unconfirmed one) changes nothing: not the ring, the consumer's positions, the
+ *      epoch, the session's state or the producer's link.
  */
 
 #ifndef MODE
@@ -75,6 +98,27 @@
 #endif
 #ifndef MAXDROP
 #define MAXDROP 1
+#endif
+#ifndef SESSION
+#define SESSION 0
+#endif
+#ifndef MAXREPLAY
+#define MAXREPLAY 1
+#endif
+#ifndef MAXLOST
+#define MAXLOST 1
+#endif
+#ifndef FALLBACK
+#define FALLBACK 1
+#endif
+#ifndef ADMIT_STALE
+#define ADMIT_STALE 0
+#endif
+#ifndef KEEP_UNCONF
+#define KEEP_UNCONF 0
+#endif
+#ifndef RETRY_RANGE
+#define RETRY_RANGE 0
 #endif
 
 #define IMM  1
@@ -139,6 +183,28 @@ byte c_seen;       /* credit_requests_seen: last counter seen in a tail record *
 byte c_viol = 0;
 byte g_last = 0;   /* ghost: last sequence delivered, over all epochs */
 
+#if SESSION
+/* ---- the ring owner's session table (SessionTable) and the producer's side of it ---- */
+#define T_WAIT   0  /* attached / resuming: the epoch's QP has not reached ESTABLISHED */
+#define T_CONN   1  /* connected */
+#define T_BROKEN 2  /* broken: the epoch's QP died */
+byte t_st = T_CONN;  /* the session's state; its epoch is `epoch` (the owner's begin_epoch uses it) */
+byte t_unconf = 0;   /* U, the epoch a retried resume may come from; 0 = none */
+byte g_unconf = 0;   /* ghost: U as the rules define it (the mutants change only t_unconf) */
+byte p_ep = 1;       /* the producer core's epoch: its WRITEs and records carry it */
+byte rp_ep = 0;      /* a grant on its way to the producer (its epoch; 0 = none) ... */
+byte rp_pos, rp_rel; /* ... and its resume point */
+byte p_cn = 0;       /* the producer's connect request on its way (its epoch; 0 = none) */
+bit  p_stuck = 0;    /* every resume the producer may send was refused: it gave up */
+byte replays = 0;
+byte lost = 0;
+#define PEP p_ep
+#define CREDIT_LINK (up && t_st == T_CONN)
+#else
+#define PEP epoch
+#define CREDIT_LINK 1
+#endif
+
 /* A WRITE of the record at `pos` reaches the ring. The rkey is checked: a resume re-keys the
  * ring, so a WRITE of an older epoch is refused and changes nothing. */
 inline place(e, pos, inc) {
@@ -184,20 +250,20 @@ end:
        pos = p_pub;
        do
        :: (MODE == IMM && pos + 1 < p_com) || (MODE == TAIL && pos < p_com) ->
-            qp!WR(epoch, pos, p_inc, 0, 0); pos++
+            qp!WR(PEP, pos, p_inc, 0, 0); pos++
        :: else -> break
        od;
        if
        :: MODE == IMM && p_com > p_pub ->  /* the last segment is the WRITE_WITH_IMM itself */
-            qp!WIMM(epoch, pos, p_inc, p_com, p_want)
+            qp!WIMM(PEP, pos, p_inc, p_com, p_want)
        :: MODE == IMM && p_com == p_pub -> /* zero-length: a credit request alone */
-            qp!WIMM(epoch, NONE, p_inc, p_com, p_want)
+            qp!WIMM(PEP, NONE, p_inc, p_com, p_want)
        :: MODE == TAIL ->
             if
             :: p_want -> p_creq++
             :: else -> skip
             fi;
-            qp!WTAIL(epoch, NONE, p_inc, p_com, p_creq)
+            qp!WTAIL(PEP, NONE, p_inc, p_com, p_creq)
        fi;
        if
        :: p_want -> p_want = 0; p_asked = 1
@@ -206,7 +272,7 @@ end:
        p_pub = p_com;
        pos = 0 }
   :: atomic { /* on_credit(): a credit record that would move released */
-       up && !p_dead && cm_valid && (!CREDIT_EPOCH || cm_ep == epoch) && cm_rel > p_rel ->
+       up && !p_dead && cm_valid && (!CREDIT_EPOCH || cm_ep == PEP) && cm_rel > p_rel ->
        if
        :: cm_rel > p_pub -> p_dead = 1   /* protocol violation */
        :: else ->
@@ -341,12 +407,14 @@ end:
        s = 0 }
   :: atomic { /* the application releases the oldest delivered record */
        c_rel < c_del -> c_rel++ }
-  :: atomic { /* take_credit(): lazily, or at once when asked */
-       c_viol == 0 && c_rel > c_cred && (c_asked || c_rel - c_cred >= CTHRESH) && nfull(cr) ->
+  :: atomic { /* take_credit(): lazily, or at once when asked (SESSION: only over the current
+               * link, live and established: RingOwner's return_credit) */
+       c_viol == 0 && CREDIT_LINK && c_rel > c_cred && (c_asked || c_rel - c_cred >= CTHRESH) && nfull(cr) ->
        cr!epoch, c_rel; c_cred = c_rel; c_asked = 0 }
   od
 }
 
+#if !SESSION
 /* Drops and resumes. The choice at the start keeps runs that never drop, so that the
  * watchdog can see a stall: a drop that is always possible would hide it. */
 active proctype connection() {
@@ -409,6 +477,162 @@ end:
 done:
   skip
 }
+#else
+/* ---- SESSION: the owner's session table, the producer's recover(), replays ---- */
+
+#if ADMIT_STALE
+#define ADMITS_RESUME(e)  ((e) >= 1 && (e) <= epoch)
+#define ADMITS_CONNECT(e) ((e) >= 1 && (e) <= epoch && t_st == T_WAIT)
+#elif RETRY_RANGE
+#define ADMITS_RESUME(e)  ((e) == epoch || (t_unconf != 0 && (e) >= t_unconf))
+#define ADMITS_CONNECT(e) ((e) == epoch && t_st == T_WAIT)
+#else
+/* SessionTable::resume: the current epoch, or U (a retry); admit_connect: the current epoch,
+ * while its QP has not reached ESTABLISHED */
+#define ADMITS_RESUME(e)  ((e) == epoch || (t_unconf != 0 && (e) == t_unconf))
+#define ADMITS_CONNECT(e) ((e) == epoch && t_st == T_WAIT)
+#endif
+/* The rules (sessions.md §7): a message of an epoch older than the current one, other than U,
+ * is stale (RETRY_RANGE: older than U). U by the rules is g_unconf, which no mutant changes. */
+#if RETRY_RANGE
+#define STALE(e) ((e) < epoch && !(g_unconf != 0 && (e) >= g_unconf))
+#else
+#define STALE(e) ((e) < epoch && !(g_unconf != 0 && (e) == g_unconf))
+#endif
+
+/* P9's view of everything a stale message must leave as it is */
+#define RING_STATE (ring[0] + 8 * ring[1] + 64 * ring[2] + 512 * ring[3] + \
+                    4096 * (ring_inc[0] + ring_inc[1] + ring_inc[2] + ring_inc[3]))
+#define SNAPSHOT s_ring = RING_STATE; s_mark = c_mark; s_head = c_head; s_rel = c_rel; s_cred = c_cred; \
+                 s_ep = epoch; s_st = t_st; s_un = t_unconf; s_up = up
+#define UNCHANGED (s_ring == RING_STATE && s_mark == c_mark && s_head == c_head && s_rel == c_rel && \
+                   s_cred == c_cred && s_ep == epoch && s_st == t_st && s_un == t_unconf && s_up == up)
+
+/* An admitted resume, from the current epoch or from U: Service::resume's table.resume, then
+ * fence (drop the link: the QP of this epoch, whoever holds it, is destroyed; old rkeys revoked;
+ * forget_unread zeroes [head, released + N)), then ConsumerCore::begin_epoch(epoch + 1):
+ * published = head, credited = released, request flag, credit_requests_seen and failure cleared.
+ * The grant carries {epoch, head, released, SEQ(head)}. */
+inline owner_resume(e) {
+  if
+  :: e == epoch -> t_unconf = epoch; g_unconf = epoch
+  :: else -> skip                       /* a retry keeps the fallback it had */
+  fi;
+  up = 0;
+  epoch++; t_st = T_WAIT;
+  npend_cur = 0;
+  c_mark = c_head; c_cred = c_rel; c_asked = 0; c_viol = 0; c_seen = 0;
+  k = c_head;
+  do
+  :: k < c_rel + N -> ring[k % N] = 0; ring_inc[k % N] = 0; k++
+  :: else -> break
+  od;
+  k = 0
+}
+
+active proctype connection() {
+  byte k, e, s_mark, s_head, s_rel, s_cred, s_ep, s_st, s_un;
+  short s_ring;
+  bit s_up;
+  /* Runs that never drop, or never replay, so that the watchdog can see a stall: a drop or a
+   * replay that is always possible would hide it. */
+  if
+  :: drops = MAXDROP
+  :: skip
+  fi;
+  if
+  :: replays = MAXREPLAY
+  :: skip
+  fi;
+end:
+  do
+  :: atomic { /* the producer's QP dies; the owner marks a connected session broken */
+       up && drops < MAXDROP -> up = 0; drops++;
+       if
+       :: t_st == T_CONN -> t_st = T_BROKEN
+       :: else -> skip
+       fi }
+  :: atomic { /* Producer::recover(): a resume request signed for its core's epoch (with FALLBACK,
+               * refused, for each earlier one); the owner answers it at once */
+       !up && rp_ep == 0 && p_cn == 0 && !p_stuck ->
+       e = p_ep;
+       do
+       :: ADMITS_RESUME(e) ->
+            owner_resume(e);
+            rp_ep = epoch; rp_pos = c_head; rp_rel = c_rel;
+            break
+       :: else ->
+            if
+            :: FALLBACK && e > 1 -> e--
+            :: else -> p_stuck = 1; break  /* staleEpoch: the session is lost to it */
+            fi
+       od;
+       e = 0 }
+  :: atomic { rp_ep != 0 && lost < MAXLOST -> /* the reply is lost */
+       rp_ep = 0; rp_pos = 0; rp_rel = 0; lost++ }
+  :: atomic { /* the grant arrives: ProducerCore::resume(at), then a connect request for its epoch */
+       rp_ep != 0 ->
+       assert(rp_ep > p_ep && rp_rel <= rp_pos && p_rel <= rp_pos && rp_pos <= p_pub);   /* P7 */
+       if
+       :: rp_rel > p_rel -> p_rel = rp_rel
+       :: else -> skip
+       fi;
+       p_pub = rp_pos; p_ep = rp_ep; p_creq = 0;
+       p_want = 0; p_asked = 0; p_dead = 0;
+       p_cn = rp_ep; rp_ep = 0; rp_pos = 0; rp_rel = 0 }
+  :: atomic { /* the connect request reaches the owner: admit_connect; refused, the producer has
+               * no QP and resumes again */
+       p_cn != 0 ->
+       if
+       :: ADMITS_CONNECT(p_cn) -> up = 1
+       :: else -> skip
+       fi;
+       p_cn = 0 }
+  :: atomic { /* ESTABLISHED at the owner: on_connected (the producer may have written before) */
+       up && t_st == T_WAIT ->
+       t_st = T_CONN; g_unconf = 0;
+       if
+       :: !KEEP_UNCONF -> t_unconf = 0
+       :: else -> skip
+       fi }
+  :: atomic { /* a resume request captured in an older epoch is replayed */
+       replays < MAXREPLAY && epoch > 1 ->
+       replays++;
+       e = 1;
+       do
+       :: e + 1 < epoch -> e++
+       :: break
+       od;
+       SNAPSHOT;
+       if
+       :: ADMITS_RESUME(e) -> owner_resume(e)  /* the grant goes to the replayer */
+       :: else -> skip
+       fi;
+       assert(!STALE(e) || UNCHANGED);      /* P9 */
+#ifdef PROBE_WINDOW
+       /* A probe, not a property: it fails once a replay admitted in the retry window fences a
+        * QP the producer is using (the run that shows the window is reached, run 24) */
+       assert(!(s_up && s_ep != epoch));
+#endif
+       e = 0; s_ring = 0; s_mark = 0; s_head = 0; s_rel = 0; s_cred = 0; s_ep = 0; s_st = 0; s_un = 0; s_up = 0 }
+  :: atomic { /* a connect request captured in an older epoch is replayed */
+       replays < MAXREPLAY && epoch > 1 ->
+       replays++;
+       e = 1;
+       do
+       :: e + 1 < epoch -> e++
+       :: break
+       od;
+       SNAPSHOT;
+       if
+       :: ADMITS_CONNECT(e) -> up = 0        /* its QP would replace the producer's */
+       :: else -> skip
+       fi;
+       assert(!STALE(e) || UNCHANGED);      /* P9 */
+       e = 0; s_ring = 0; s_mark = 0; s_head = 0; s_rel = 0; s_cred = 0; s_ep = 0; s_st = 0; s_un = 0; s_up = 0 }
+  od
+}
+#endif
 
 /* P6: when nothing can move any more, unless a side failed, every position was committed,
  * published and delivered (no credit deadlock, publish-modes.md §6.2). */

@@ -16,6 +16,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rdmaring/consumer_core.hpp"
@@ -58,7 +59,12 @@ class LoopbackFabric {
       producer->on_completion(batch->wrs[0].slot.wr_id, false, 5 /* IBV_WC_WR_FLUSH_ERR */);
       return true;
     }
-    for (const auto& wr : batch->requests()) in_flight_.push_back(InFlight{wr, {}});
+    std::size_t payload_wrs = 0;
+    for (const auto& wr : batch->requests()) {
+      in_flight_.push_back(InFlight{wr, std::vector<bool>(wr.kind == WorkRequest::Kind::write_tail ? 1 : chunks(wr))});
+      payload_wrs += wr.length > 0;
+    }
+    if (payload_wrs == 2) ++stats_.wrapped_batches;
     if (!hold_) place_all();
     return true;
   }
@@ -112,6 +118,7 @@ class LoopbackFabric {
     std::string what = "nothing unplaced (completions only)";
     if (!open.empty()) {
       const auto [i, c] = open[pick % open.size()];
+      if (open[0] != std::make_pair(i, c)) ++stats_.out_of_order_pieces;
       place_chunk_of(in_flight_[i], c);
       what = describe(in_flight_[i].wr, c) + " of in-flight WR #" + std::to_string(i);
     }
@@ -336,10 +343,17 @@ class LoopbackFabric {
   std::span<const std::byte> ring() const { return ring_; }
   std::size_t in_flight() const { return in_flight_.size(); }
 
+  // What a schedule exercised (for the tests' coverage classes).
+  struct Stats {
+    std::uint64_t wrapped_batches = 0;      // batches whose payload crossed the ring's end
+    std::uint64_t out_of_order_pieces = 0;  // relaxed: a piece placed before an earlier one
+  };
+  const Stats& stats() const { return stats_; }
+
  private:
   struct InFlight {
     WorkRequest wr;
-    std::vector<bool> placed;  // per 64-byte piece of the payload
+    std::vector<bool> placed;  // per 64-byte piece of the payload (the tail record: one piece)
   };
   struct Completion {
     std::uint64_t wr_id;
@@ -364,7 +378,6 @@ class LoopbackFabric {
   }
 
   void place_chunk_of(InFlight& f, std::size_t c) {
-    if (f.placed.empty()) f.placed.assign(chunks(f.wr), false);
     if (f.placed[c]) return;
     f.placed[c] = true;
     WorkRequest piece = f.wr;
@@ -378,12 +391,9 @@ class LoopbackFabric {
   void place_tail(InFlight& f) {
     if (on_place) on_place(f.wr);
     std::memcpy(tail_mr_.data(), f.wr.tail.data(), f.wr.tail.size());
-    f.placed.assign(1, true);
+    f.placed[0] = true;
   }
-  static bool fully_placed(const InFlight& f) {
-    if (f.wr.kind == WorkRequest::Kind::write_tail) return !f.placed.empty();
-    return static_cast<std::size_t>(std::count(f.placed.begin(), f.placed.end(), true)) == chunks(f.wr);
-  }
+  static bool fully_placed(const InFlight& f) { return std::all_of(f.placed.begin(), f.placed.end(), [](bool b) { return b; }); }
   // Completes, in posting order, every WR at the front that is fully placed: a WRITE_WITH_IMM's
   // receive completion (the immediate) and the send completions of signaled WRs.
   void retire() {
@@ -438,6 +448,7 @@ class LoopbackFabric {
   std::vector<std::array<std::byte, wire::kTailRecordSize>> old_tails_;
   bool hold_ = false;
   bool delay_completions_ = false;
+  Stats stats_;
   ProducerConfig producer_config_;
 
   SessionTable table_;

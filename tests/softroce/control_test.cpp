@@ -478,13 +478,13 @@ TEST_CASE("malformed control messages get a clear error and the owner keeps serv
 
 TEST_CASE("a session that neither publishes nor heartbeats loses its lease, heartbeats keep one", "[softroce][sessions]") {
   auto o = owner_options(wire::PublishMode::imm);
-  o.lease = 1500ms;
+  o.lease = 3000ms;
   const auto owner = RingOwner::start(o);
   Auditor audit(*owner);
   auto silent_options = producer_options(*owner);
   silent_options.heartbeat_interval = 0ms;
   Producer silent = Producer::attach(silent_options);
-  Producer beating = Producer::attach(producer_options(*owner));  // heartbeats every 500 ms
+  Producer beating = Producer::attach(producer_options(*owner));  // heartbeats every second
   REQUIRE(send_records(silent, 10));
   REQUIRE(send_records(beating, 10));
   REQUIRE(silent.drain(10s));
@@ -494,7 +494,7 @@ TEST_CASE("a session that neither publishes nor heartbeats loses its lease, hear
   auto r = silent.recover();
   REQUIRE_FALSE(r);
   CHECK(r.error() == errc::unknown_session);
-  std::this_thread::sleep_for(2s);  // idle, but beating
+  std::this_thread::sleep_for(4s);  // idle, but beating
   CHECK(owner->session_count() == 1);
   REQUIRE(send_records(beating, 20));
   REQUIRE(beating.drain(10s));

@@ -33,8 +33,9 @@ struct SessionEntry {
   SessionSecret secret{};
   std::uint64_t epoch = 1;
   SessionState state = SessionState::attached;
-  // The epoch before the last resume, until this epoch's QP connects: a producer whose resume
-  // reply was lost (or that died right after it) asks again from there, and must be let in.
+  // The epoch the session was in when it started resuming, until the new epoch's QP connects: a
+  // producer whose resume reply was lost (or that died right after it, or whose request was
+  // duplicated) asks again from any epoch from there up to the current one, and must be let in.
   std::optional<std::uint64_t> unconfirmed;
   std::chrono::steady_clock::time_point last_seen;
 };
@@ -98,6 +99,7 @@ class SessionTable {
   // The session `who` names, if its proof for `purpose` holds. Counts refusals.
   Result<SessionEntry*> verify(const Credentials& who, ProofPurpose purpose);
   Error stale(const SessionEntry& s, std::uint64_t epoch, const char* what);
+  static bool admits(const SessionEntry& s, std::uint64_t epoch) noexcept;
 
   std::size_t max_sessions_;
   std::chrono::nanoseconds lease_;
