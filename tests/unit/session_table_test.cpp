@@ -51,7 +51,7 @@ TEST_CASE("a session admits one QP for its current epoch only", "[sessions]") {
   CHECK(t.admit_connect(wire::ConnectData{s.id + 1, 1, {}, 0, 0}, now).error() == errc::unknown_session);
 }
 
-TEST_CASE("resume fences the epoch; a replayed resume or connect of an old epoch is refused", "[sessions]") {
+TEST_CASE("resume fences the epoch, and a replayed resume or connect of an old epoch is refused", "[sessions]") {
   SessionTable t(4, 0ns);
   const auto now = SessionTable::Clock::now();
   const SessionEntry s = t.attach(now).value();
@@ -93,7 +93,7 @@ TEST_CASE("a restored session continues after the epoch its producer names", "[s
   CHECK(after.restore(who.who(), s.secret, now).error() == errc::invalid_argument);
 }
 
-TEST_CASE("leases expire without publishes or heartbeats; capacity is bounded", "[sessions]") {
+TEST_CASE("leases expire without publishes or heartbeats, and capacity is bounded", "[sessions]") {
   SessionTable t(2, 100ms);
   const auto t0 = SessionTable::Clock::now();
   const SessionEntry a = t.attach(t0).value();
