@@ -12,8 +12,16 @@
 //                [--recover-timeout S] [--replay-command TEXT]
 // Kinds: producer-kill owner-restart link-short link-long netem qp-error stale-rkey replay
 // control-cut (README.md: what each does and what recovery means for it).
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/pkt_sched.h>
+#include <linux/rtnetlink.h>
+#include <linux/sock_diag.h>
 #include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -39,7 +47,6 @@
 #include <map>
 #include <optional>
 #include <random>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -55,19 +62,23 @@ namespace fs = std::filesystem;
 namespace {
 
 std::uint64_t now_ns() {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+  const auto t = std::chrono::steady_clock::now().time_since_epoch();
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t).count());
 }
 constexpr std::uint64_t kMs = 1000000;
+using SessionId = std::uint64_t;
 
 // ---- the schedule ---------------------------------------------------------------------------
 
-enum class Kind { producer_kill, owner_restart, link_short, link_long, netem, qp_error, stale_rkey, replay, control_cut };
+enum class Kind {
+  producer_kill, owner_restart, link_short, link_long, netem, qp_error, stale_rkey, replay, control_cut
+};
 constexpr int kKinds = 9;
-constexpr std::array<const char*, kKinds> kKindNames{"producer-kill", "owner-restart", "link-short", "link-long", "netem",
-                                                     "qp-error",      "stale-rkey",    "replay",     "control-cut"};
+constexpr std::array<const char*, kKinds> kKindNames{"producer-kill", "owner-restart", "link-short",
+                                                     "link-long",     "netem",         "qp-error",
+                                                     "stale-rkey",    "replay",        "control-cut"};
 // Share of the events each kind gets (the schedule is a shuffled deck with these proportions).
-constexpr std::array<int, kKinds> kWeights{15, 8, 12, 6, 14, 15, 7, 8, 15};
+constexpr std::array<int, kKinds> kWeights{15, 8, 12, 7, 14, 15, 5, 5, 15};
 
 const char* name(Kind k) { return kKindNames[static_cast<int>(k)]; }
 std::optional<Kind> kind_named(const std::string& s) {
@@ -129,13 +140,17 @@ struct Config {
   std::set<Kind> kinds;  // enabled
   int rate_hz = 1000;
   int recover_timeout_s = 90;
+  int lease_ms = 5000;
   int link_short_min = 50, link_short_max = 400;
-  int link_long_min = 6000, link_long_max = 9000;
-  int gap_min = 200, gap_max = 1000;
+  int link_long_min = 2000, link_long_max = 8000;
+  int netem_min = 1000, netem_max = 3000;
+  int gap_min = 100, gap_max = 600;
   std::uint16_t control_port = 7600, data_port = 7601;
   std::string replay_command;
+  bool keep_logs = false;  // copy the processes' logs to the out dir also when the run passes
+  bool show_netem = false;  // note `tc qdisc show` of each netem event (checks the netlink encoding)
   std::string owner_bin = RDMARING_CHAOS_OWNER, producer_bin = RDMARING_SESSION_PRODUCER,
-              probe_bin = RDMARING_CHAOS_PROBE, testhosts = RDMARING_TESTHOSTS;
+              probe_bin = RDMARING_CHAOS_PROBE, testhosts = RDMARING_TESTHOSTS, bind_shim = RDMARING_CHAOS_BIND_SHIM;
 };
 
 // Portable draws (std::uniform_int_distribution differs between standard libraries): a schedule
@@ -192,7 +207,7 @@ std::vector<Event> make_schedule(const Config& c) {
         break;
       case Kind::netem: {
         e.target = r.uniform(0, hosts - 1);
-        e.duration_ms = r.uniform(1000, 4000);
+        e.duration_ms = r.uniform(c.netem_min, c.netem_max);
         const int loss = r.uniform(1, 5), delay = r.uniform(1, 20), reorder = r.uniform(10, 50);
         switch (r.uniform(0, 3)) {
           case 0: e.netem = "loss," + std::to_string(loss) + "%"; break;
@@ -221,7 +236,13 @@ std::vector<Event> make_schedule(const Config& c) {
 
 // ---- processes and files --------------------------------------------------------------------
 
-pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
+pid_t spawn(const std::vector<std::string>& args, const std::string& log, const std::vector<std::string>& env = {}) {
+  std::vector<std::string> envs;
+  for (char** e = environ; *e; ++e) envs.emplace_back(*e);
+  envs.insert(envs.end(), env.begin(), env.end());
+  std::vector<char*> envp;
+  for (auto& e : envs) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
@@ -235,14 +256,20 @@ pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    execv(argv[0], argv.data());
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   return pid;
 }
 
-// A shell command's status and output (stdout and stderr).
+// A shell command's status and output (stdout and stderr); the seconds all of them took so far.
+double g_command_seconds = 0;
 std::pair<int, std::string> run(const std::string& cmd) {
+  const std::uint64_t t = now_ns();
+  struct Account {
+    std::uint64_t t;
+    ~Account() { g_command_seconds += static_cast<double>(now_ns() - t) / 1e9; }
+  } account{t};
   std::string out;
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   if (!p) return {-1, ""};
@@ -251,6 +278,196 @@ std::pair<int, std::string> run(const std::string& cmd) {
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   const int st = pclose(p);
   return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+}
+
+// ---- cutting a TCP connection: what `ss -K` does, without a process start --------------------
+// (CONFIG_INET_DIAG_DESTROY, which Debian's kernel has.)
+
+struct TcpSocket {
+  inet_diag_sockid id{};
+  std::uint32_t inode = 0;
+};
+
+// Established IPv4 TCP sockets with `port` at either end.
+std::vector<TcpSocket> tcp_sockets(std::uint16_t port) {
+  std::vector<TcpSocket> out;
+  const int fd = ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  if (fd < 0) return out;
+  struct {
+    nlmsghdr nlh;
+    inet_diag_req_v2 req;
+  } msg{};
+  msg.nlh.nlmsg_len = sizeof msg;
+  msg.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  msg.nlh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  msg.req.sdiag_family = AF_INET;
+  msg.req.sdiag_protocol = IPPROTO_TCP;
+  msg.req.idiag_states = 1u << TCP_ESTABLISHED;
+  if (::send(fd, &msg, sizeof msg, 0) != static_cast<ssize_t>(sizeof msg)) {
+    ::close(fd);
+    return out;
+  }
+  std::vector<char> buf(1 << 16);
+  for (bool done = false; !done;) {
+    const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+    if (n <= 0) break;
+    int len = static_cast<int>(n);
+    for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
+      if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) {
+        done = true;
+        break;
+      }
+      const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
+      if (ntohs(m->id.idiag_sport) == port || ntohs(m->id.idiag_dport) == port) out.push_back({m->id, m->idiag_inode});
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+bool destroy_socket(const inet_diag_sockid& id) {
+  const int fd = ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  if (fd < 0) return false;
+  struct {
+    nlmsghdr nlh;
+    inet_diag_req_v2 req;
+  } msg{};
+  msg.nlh.nlmsg_len = sizeof msg;
+  msg.nlh.nlmsg_type = SOCK_DESTROY;
+  msg.nlh.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+  msg.req.sdiag_family = AF_INET;
+  msg.req.sdiag_protocol = IPPROTO_TCP;
+  msg.req.idiag_states = ~0u;
+  msg.req.id = id;
+  bool ok = false;
+  if (::send(fd, &msg, sizeof msg, 0) == static_cast<ssize_t>(sizeof msg)) {
+    std::array<char, 4096> buf;
+    const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+    const auto* h = reinterpret_cast<const nlmsghdr*>(buf.data());
+    if (n >= static_cast<ssize_t>(sizeof(nlmsghdr) + sizeof(nlmsgerr)) && h->nlmsg_type == NLMSG_ERROR)
+      ok = static_cast<const nlmsgerr*>(NLMSG_DATA(h))->error == 0;
+  }
+  ::close(fd);
+  return ok;
+}
+
+// The socket inodes a process holds (/proc/PID/fd -> "socket:[INODE]").
+std::set<std::uint32_t> socket_inodes(pid_t pid) {
+  std::set<std::uint32_t> out;
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    const auto target = fs::read_symlink(f.path(), ec).string();
+    if (target.rfind("socket:[", 0) == 0) out.insert(static_cast<std::uint32_t>(std::stoul(target.substr(8))));
+  }
+  return out;
+}
+
+// ---- netem: what `tc qdisc replace dev D root netem ...` does, without a process start ----------
+
+struct Netem {
+  std::int64_t delay_ns = 0, jitter_ns = 0;
+  double loss = 0, reorder = 0, reorder_corr = 0;  // percent
+};
+
+// "delay 9ms [5ms] loss 3% reorder 42% [50%]" (the subset of tc's syntax the schedule uses).
+std::optional<Netem> parse_netem(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> w;
+  for (std::string x; in >> x;) w.push_back(x);
+  auto time_ns = [](const std::string& t) -> std::optional<std::int64_t> {
+    char* end = nullptr;
+    const double v = std::strtod(t.c_str(), &end);
+    const std::string unit = end;
+    if (unit == "ms") return static_cast<std::int64_t>(v * 1e6);
+    if (unit == "us") return static_cast<std::int64_t>(v * 1e3);
+    if (unit == "s") return static_cast<std::int64_t>(v * 1e9);
+    return std::nullopt;
+  };
+  auto percent = [](const std::string& t) -> std::optional<double> {
+    if (t.empty() || t.back() != '%') return std::nullopt;
+    return std::strtod(t.c_str(), nullptr);
+  };
+  Netem n;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    if (w[i] == "delay" && i + 1 < w.size()) {
+      const auto d = time_ns(w[++i]);
+      if (!d) return std::nullopt;
+      n.delay_ns = *d;
+      if (i + 1 < w.size())
+        if (const auto j = time_ns(w[i + 1])) n.jitter_ns = *j, ++i;
+    } else if (w[i] == "loss" && i + 1 < w.size()) {
+      const auto l = percent(w[++i]);
+      if (!l) return std::nullopt;
+      n.loss = *l;
+    } else if (w[i] == "reorder" && i + 1 < w.size()) {
+      const auto r = percent(w[++i]);
+      if (!r) return std::nullopt;
+      n.reorder = *r;
+      if (i + 1 < w.size())
+        if (const auto c = percent(w[i + 1])) n.reorder_corr = *c, ++i;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return n;
+}
+
+// Replaces the root qdisc of `dev` with netem `n`, or deletes it (n null). Returns the error.
+std::string set_netem(const std::string& dev, const Netem* n) {
+  const unsigned ifindex = if_nametoindex(dev.c_str());
+  if (ifindex == 0) return "no device " + dev;
+  alignas(NLMSG_ALIGNTO) std::array<char, 512> buf{};
+  auto* h = reinterpret_cast<nlmsghdr*>(buf.data());
+  h->nlmsg_len = NLMSG_LENGTH(sizeof(tcmsg));
+  h->nlmsg_type = n ? RTM_NEWQDISC : RTM_DELQDISC;
+  h->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | (n ? NLM_F_CREATE | NLM_F_REPLACE : 0);
+  auto* t = static_cast<tcmsg*>(NLMSG_DATA(h));
+  t->tcm_family = AF_UNSPEC;
+  t->tcm_ifindex = static_cast<int>(ifindex);
+  t->tcm_parent = TC_H_ROOT;
+  auto add = [&](unsigned short type, const void* data, std::size_t len) {
+    auto* a = reinterpret_cast<rtattr*>(buf.data() + NLMSG_ALIGN(h->nlmsg_len));
+    a->rta_type = type;
+    a->rta_len = static_cast<unsigned short>(RTA_LENGTH(len));
+    if (len) std::memcpy(RTA_DATA(a), data, len);
+    h->nlmsg_len = NLMSG_ALIGN(h->nlmsg_len) + RTA_ALIGN(a->rta_len);
+    return a;
+  };
+  if (n) {
+    add(TCA_KIND, "netem", 6);
+    auto scaled = [](double percent) {
+      return static_cast<std::uint32_t>(std::min(1.0, percent / 100.0) * static_cast<double>(UINT32_MAX));
+    };
+    // TCA_OPTIONS: struct tc_netem_qopt, then netem's own attributes (not a nested set).
+    tc_netem_qopt q{};
+    q.limit = 1000;
+    q.loss = scaled(n->loss);
+    q.gap = n->reorder > 0 ? 1 : 0;  // as tc: reordering needs a gap
+    rtattr* options = add(TCA_OPTIONS, &q, sizeof q);
+    if (n->delay_ns) add(TCA_NETEM_LATENCY64, &n->delay_ns, sizeof n->delay_ns);
+    if (n->jitter_ns) add(TCA_NETEM_JITTER64, &n->jitter_ns, sizeof n->jitter_ns);
+    if (n->reorder > 0) {
+      const tc_netem_reorder r{scaled(n->reorder), scaled(n->reorder_corr)};
+      add(TCA_NETEM_REORDER, &r, sizeof r);
+    }
+    options->rta_len = static_cast<unsigned short>(buf.data() + h->nlmsg_len - reinterpret_cast<char*>(options));
+  }
+  const int fd = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+  if (fd < 0) return "netlink socket";
+  std::string err;
+  if (::send(fd, buf.data(), h->nlmsg_len, 0) != static_cast<ssize_t>(h->nlmsg_len)) {
+    err = "netlink send";
+  } else {
+    std::array<char, 4096> reply;
+    const ssize_t got = ::recv(fd, reply.data(), reply.size(), 0);
+    const auto* r = reinterpret_cast<const nlmsghdr*>(reply.data());
+    if (got < static_cast<ssize_t>(sizeof(nlmsghdr) + sizeof(nlmsgerr)) || r->nlmsg_type != NLMSG_ERROR)
+      err = "no netlink ack";
+    else if (const int e = static_cast<const nlmsgerr*>(NLMSG_DATA(r))->error; e != 0)
+      err = std::strerror(-e);
+  }
+  ::close(fd);
+  return err;
 }
 
 // New complete lines of a growing text file.
@@ -395,6 +612,15 @@ class Run {
     }
   }
   void set_link(int host, bool up);
+  // Producer recoveries (recover() that succeeded, and restarts that rejoined) in [from, to).
+  int count_recoveries(std::uint64_t from, std::uint64_t to) const {
+    int n = 0;
+    for (const auto& p : producers_) {
+      for (std::uint64_t t : p.recoveries) n += t >= from && t < to;
+      for (std::size_t i = 1; i < p.starts.size(); ++i) n += p.starts[i] >= from && p.starts[i] < to;
+    }
+    return n;
+  }
   void inject(const Event& e, EventResult& r);
   int run_probe(const std::string& mode, int producer, std::string& line);
   void stop_all();
@@ -423,7 +649,7 @@ void Run::start_owner() {
   ++incarnation_;
   owner_pid_ = spawn({c_.owner_bin, "--address", owner_addr(), "--control-port", std::to_string(c_.control_port),
                       "--data-port", std::to_string(c_.data_port), "--dir", work_, "--mode", c_.mode,
-                      "--incarnation", std::to_string(incarnation_)},
+                      "--lease-ms", std::to_string(c_.lease_ms), "--incarnation", std::to_string(incarnation_)},
                      work_ + "/owner.log");
   const std::string ready = "incarnation " + std::to_string(incarnation_) + ": control";
   bool up = false;
@@ -441,8 +667,9 @@ void Run::start_producer(Producer& p) {
   p.pid = spawn({c_.producer_bin, "--address", owner_addr(), "--port", std::to_string(c_.control_port),
                  "--credentials", p.credentials, "--records", "1000000000000", "--source", host_addr(p.index + 1),
                  "--tag", std::to_string(p.index), "--heartbeat-ms", "200", "--signals", "1", "--log-recoveries", "1",
-                 "--recover-attempts", "600", "--start-attempts", "100", "--rate-hz", std::to_string(c_.rate_hz)},
-                p.log);
+                 "--recover-attempts", "600", "--start-attempts", "100", "--rate-hz", std::to_string(c_.rate_hz),
+                 "--detach-retries", "100"},
+                p.log, {"LD_PRELOAD=" + c_.bind_shim, "RDMARING_CHAOS_BIND=" + host_addr(p.index + 1)});
 }
 
 void Run::watch_children() {
@@ -553,7 +780,8 @@ int Run::run_probe(const std::string& mode, int producer, std::string& line) {
     args.push_back("--credentials");
     args.push_back(producers_[static_cast<std::size_t>(producer)].credentials);
   }
-  const pid_t pid = spawn(args, log);
+  const pid_t pid =
+      spawn(args, log, {"LD_PRELOAD=" + c_.bind_shim, "RDMARING_CHAOS_BIND=" + host_addr(c_.producers + 1)});
   int st = 0;
   bool exited = false;
   wait_until(
@@ -633,10 +861,18 @@ void Run::inject(const Event& e, EventResult& r) {
     case Kind::netem: {
       std::string args = e.netem;
       std::replace(args.begin(), args.end(), ',', ' ');
-      const auto [rc, out] = run(c_.testhosts + " netem " + std::to_string(e.target) + " " + args);
-      if (rc != 0) fail("testhosts netem " + args + ": " + out);
+      // What `testhosts netem HOST ARGS` does (tc qdisc replace dev rr-hI root netem ARGS), over
+      // rtnetlink directly: a process start costs a good part of a second in a busy TCG guest.
+      const std::string dev = "rr-h" + std::to_string(e.target);
+      const auto spec = parse_netem(args);
+      if (!spec) {
+        fail("netem arguments not understood: " + args);
+        break;
+      }
+      if (const auto err = set_netem(dev, &*spec); !err.empty()) fail("netem " + args + " on " + dev + ": " + err);
+      if (c_.show_netem) r.note = run("tc qdisc show dev " + dev).second;
       sleep_pumping(static_cast<std::uint64_t>(e.duration_ms) * kMs);
-      run(c_.testhosts + " netem " + std::to_string(e.target) + " off");
+      if (const auto err = set_netem(dev, nullptr); !err.empty()) fail("removing netem from " + dev + ": " + err);
       r.t_heal = now_ns();
       affected = e.target == 0 ? all() : std::vector<int>{e.target - 1};
       add_waiters(affected, Waiter::After::known, r.t_heal, r.t_heal);
@@ -649,21 +885,20 @@ void Run::inject(const Event& e, EventResult& r) {
       break;
     }
     case Kind::control_cut: {
+      // The producer's control connection (its socket's inode is among its fds) and the owner's
+      // end of it, both destroyed as `ss -K` would (SOCK_DESTROY): each side sees the
+      // connection aborted.
       const Producer& p = producers_[static_cast<std::size_t>(e.target)];
-      const std::string port = std::to_string(c_.control_port);
-      const auto [rc, out] = run("ss -tnpH state established '( dport = :" + port + " )'");
+      const auto mine = socket_inodes(p.pid);
+      const auto sockets = tcp_sockets(c_.control_port);
       int cut = 0;
-      std::istringstream lines(out);
-      std::string l;
-      const std::regex re(R"(\S+\s+\S+\s+\S+:(\d+)\s+\S+:\d+\s+.*pid=(\d+),)");
-      while (std::getline(lines, l)) {
-        std::smatch m;
-        if (!std::regex_search(l, m, re) || std::stoi(m[2]) != p.pid) continue;
-        const std::string lport = m[1];
-        // Both ends: the producer's socket and the owner's (either alone would reset the other).
-        const auto a = run("ss -K -tnH state established '( sport = :" + lport + " and dport = :" + port + " )'");
-        const auto b = run("ss -K -tnH state established '( sport = :" + port + " and dport = :" + lport + " )'");
-        for (const auto* o : {&a.second, &b.second}) cut += static_cast<int>(std::count(o->begin(), o->end(), '\n'));
+      for (const auto& s : sockets) {
+        if (!mine.count(s.inode) || ntohs(s.id.idiag_dport) != c_.control_port) continue;
+        const std::uint16_t lport = ntohs(s.id.idiag_sport);
+        cut += destroy_socket(s.id);
+        for (const auto& o : sockets)
+          if (ntohs(o.id.idiag_sport) == c_.control_port && ntohs(o.id.idiag_dport) == lport)
+            cut += destroy_socket(o.id);
       }
       r.note = cut ? std::to_string(cut) + " sockets destroyed" : "no control connection at that moment";
       r.t_heal = now_ns();
@@ -673,8 +908,8 @@ void Run::inject(const Event& e, EventResult& r) {
     case Kind::stale_rkey:
     case Kind::replay: {
       std::string line;
-      const int rc = run_probe(e.kind == Kind::stale_rkey ? "stale-rkey" : "replay", e.kind == Kind::replay ? e.target : -1,
-                               line);
+      const bool stale = e.kind == Kind::stale_rkey;
+      const int rc = run_probe(stale ? "stale-rkey" : "replay", stale ? -1 : e.target, line);
       ++probes_.runs;
       if (const auto s = field(line, ": session ")) probes_.sessions.insert(*s);
       const auto checks = field(line, "checks="), accepted = field(line, "accepted=");
@@ -773,6 +1008,7 @@ int Run::execute() {
     if (!failure_.empty()) break;
     EventResult r;
     r.event = e;
+    const double commands_before = g_command_seconds;
     waiters_.clear();
     for (auto& p : producers_) p.window.clear();
     inject(e, r);
@@ -797,25 +1033,28 @@ int Run::execute() {
         r.ttr_ms = std::max(r.ttr_ms.value_or(0.0), ms);
       }
     }
-    for (const auto& p : producers_) {
-      for (std::uint64_t t : p.recoveries) r.recoveries += t > r.t_inject && t <= r.t_done;
-      if (e.kind == Kind::producer_kill && p.index == e.target)
-        for (std::uint64_t t : p.starts) r.recoveries += t > r.t_inject && t <= r.t_done;
-    }
+    // Recoveries so far in this event's window; a late one (a producer that finds out about a
+    // fault only when its heartbeats time out) is added to it up to the next event's injection.
+    r.recoveries = count_recoveries(r.t_inject, now_ns() + 1);
     std::ostringstream msg;
     msg << "#" << e.index << "/" << schedule_.size() << " " << name(e.kind);
     if (e.target >= 0)
-      msg << ((e.kind == Kind::link_short || e.kind == Kind::link_long || e.kind == Kind::netem) ? " host " : " producer ")
+      msg << ((e.kind == Kind::link_short || e.kind == Kind::link_long || e.kind == Kind::netem) ? " host "
+                                                                                                 : " producer ")
           << e.target;
     if (e.duration_ms) msg << " " << e.duration_ms << " ms";
     if (!e.netem.empty()) msg << " netem " << e.netem;
     if (recovered && r.ttr_ms) msg << " -> recovered in " << std::fixed << std::setprecision(0) << *r.ttr_ms << " ms";
     if (recovered && !r.ttr_ms) msg << " -> ok";
     msg << ", " << r.recoveries << " recover" << (r.recoveries == 1 ? "y" : "ies");
+    if (g_command_seconds - commands_before > 1.0)
+      msg << " (its commands took " << std::setprecision(1) << g_command_seconds - commands_before << " s)";
     if (!r.note.empty()) msg << " [" << r.note << "]";
     say(msg.str());
+    if (!results_.empty()) results_.back().recoveries = count_recoveries(results_.back().t_inject, r.t_inject);
     results_.push_back(r);
   }
+  if (!results_.empty()) results_.back().recoveries = count_recoveries(results_.back().t_inject, now_ns() + 1);
   say(failure_.empty() ? "schedule done; stopping the producers (drain, detach)" : "stopping after the failure");
   stop_all();
   const std::uint64_t t_end = now_ns();
@@ -892,7 +1131,9 @@ void Run::audit_and_report(std::uint64_t t_end) {
         ++corrupt;  // a sequence its producer never sent
         problem("producer " + std::to_string(p.index) + " record " + std::to_string(s) + " delivered but never sent");
       }
-    if (missing) problem("producer " + std::to_string(p.index) + ": " + std::to_string(missing) + " of " + std::to_string(sent) + " records lost");
+    if (missing)
+      problem("producer " + std::to_string(p.index) + ": " + std::to_string(missing) + " of " + std::to_string(sent) +
+              " records lost");
     lost += missing;
     duplicated += a.duplicated;
     out_of_order += a.out_of_order;
@@ -955,7 +1196,8 @@ void Run::audit_and_report(std::uint64_t t_end) {
         << std::setw(11) << percentile(ttr, 100);
     t << "\n";
   }
-  t << std::left << std::setw(15) << "all" << std::right << std::setw(7) << total_events << std::setw(12) << total_recoveries;
+  t << std::left << std::setw(15) << "all" << std::right << std::setw(7) << total_events << std::setw(12)
+    << total_recoveries;
   if (all_ttr.empty()) t << "\n";
   else
     t << std::setw(11) << percentile(all_ttr, 50) << std::setw(11) << percentile(all_ttr, 99) << std::setw(11)
@@ -970,8 +1212,8 @@ void Run::audit_and_report(std::uint64_t t_end) {
     << ", sessions failed " << owner["sessions_failed"] << "\n";
   t << "probes: " << probes_.runs << " runs, " << probes_.checks << " stale writes and replays tried, "
     << probes_.accepted << " accepted, " << probes_.inconclusive << " inconclusive\n";
-  t << "lost " << lost << " | duplicated " << duplicated << " | out of order " << out_of_order << " | corrupt " << corrupt
-    << " | stale-epoch writes accepted " << stale_accepted << "\n";
+  t << "lost " << lost << " | duplicated " << duplicated << " | out of order " << out_of_order << " | corrupt "
+    << corrupt << " | stale-epoch writes accepted " << stale_accepted << "\n";
   t << (failure_.empty() ? "PASS" : "FAIL: " + failure_) << "\n";
   std::cout << t.str() << std::flush;
   {
@@ -984,18 +1226,22 @@ void Run::audit_and_report(std::uint64_t t_end) {
          << r.event.netem << "\t" << rel_s(r.t_inject) << "\t" << rel_s(r.t_heal) << "\t"
          << (r.ttr_ms ? std::to_string(*r.ttr_ms) : "") << "\t" << r.recoveries << "\t" << r.note << "\n";
   }
-  if (!failure_.empty()) {
+  if (!failure_.empty() || c_.keep_logs) {
     // Keep the evidence where the host can read it.
     std::error_code ec;
     fs::create_directories(c_.out_dir + "/work", ec);
     for (const auto& f : fs::directory_iterator(work_, ec))
       if (f.path().extension() == ".log" && f.path().filename() != "deliveries.log")
-        fs::copy_file(f.path(), c_.out_dir + "/work/" + f.path().filename().string(), fs::copy_options::overwrite_existing, ec);
+        fs::copy_file(f.path(), c_.out_dir + "/work/" + f.path().filename().string(),
+                      fs::copy_options::overwrite_existing, ec);
+  }
+  if (!failure_.empty()) {
     std::cout << "\nFAILED with seed " << c_.seed << ". Schedule (" << c_.out_dir << "/schedule.txt):\n";
     const std::size_t shown = results_.size() + 1;
     const std::size_t from = shown > 40 ? shown - 40 : 0;
     if (from) std::cout << "  ... " << from << " earlier events in the file\n";
-    for (std::size_t i = from; i < std::min(shown, schedule_.size()); ++i) std::cout << "  " << schedule_[i].line() << "\n";
+    for (std::size_t i = from; i < std::min(shown, schedule_.size()); ++i)
+      std::cout << "  " << schedule_[i].line() << "\n";
     std::cout << "Replay: " << c_.replay_command << " --seed " << c_.seed << " --events " << schedule_.size()
               << " --producers " << c_.producers << " --mode " << c_.mode << "\n"
               << "    or: " << c_.replay_command << " --schedule " << c_.out_dir << "/schedule.txt --producers "
@@ -1040,6 +1286,14 @@ int main(int argc, char** argv) {
       else if (k == "--only") c.kinds = parse_kinds(v);
       else if (k == "--rate-hz") c.rate_hz = std::stoi(v);
       else if (k == "--recover-timeout") c.recover_timeout_s = std::stoi(v);
+      else if (k == "--lease-ms") c.lease_ms = std::stoi(v);
+      else if (k == "--keep-logs") c.keep_logs = v == "1";
+      else if (k == "--show-netem") c.show_netem = v == "1";
+      else if (k == "--netem-ms") {
+        const auto colon = v.find(':');
+        c.netem_min = std::stoi(v.substr(0, colon));
+        c.netem_max = colon == std::string::npos ? c.netem_min : std::stoi(v.substr(colon + 1));
+      }
       else if (k == "--link-long-ms") {
         const auto colon = v.find(':');
         c.link_long_min = std::stoi(v.substr(0, colon));

@@ -198,8 +198,9 @@ struct RawSession {
       const auto v = ask_owner(args.owner_socket, grant.session);
       if (v.found && v.epoch == epoch && v.state == "connected") return;
       if (std::chrono::steady_clock::now() > deadline)
-        throw Inconclusive("the owner does not report session " + std::to_string(grant.session) + " connected in epoch " +
-                           std::to_string(epoch) + " (state " + v.state + ", epoch " + std::to_string(v.epoch) + ")");
+        throw Inconclusive("the owner does not report session " + std::to_string(grant.session) +
+                           " connected in epoch " + std::to_string(epoch) + " (state " + v.state + ", epoch " +
+                           std::to_string(v.epoch) + ")");
       std::this_thread::sleep_for(20ms);
     }
   }
@@ -276,7 +277,8 @@ int stale_rkey(const Args& args) {
   t.notes.push_back(std::string("ring=") + (unchanged ? "unchanged" : "CHANGED"));
   // The QP is in error now; the session ends with its current epoch's detach.
   const auto d = raw.detach(raw.grant.session, raw.grant.secret, 2);
-  std::cout << "probe stale-rkey: session " << raw.grant.session << " checks=" << t.checks << " accepted=" << t.accepted;
+  std::cout << "probe stale-rkey: session " << raw.grant.session << " checks=" << t.checks
+            << " accepted=" << t.accepted;
   for (const auto& n : t.notes) std::cout << " " << n;
   std::cout << " detach=" << (d ? "ok" : d.error().message()) << std::endl;
   return t.accepted == 0 && raw.grant.ring_rkey != old_rkey ? 0 : 1;

@@ -7,6 +7,7 @@
 //                           [--fault-every K] [--source ADDR] [--mode-note TEXT]
 //                           [--heartbeat-ms MS] [--tag T] [--signals 1] [--log-recoveries 1]
 //                           [--recover-attempts N] [--start-attempts N] [--rate-hz R]
+//                           [--detach-retries N]
 // For tests/chaos: --heartbeat-ms sets ProducerOptions::heartbeat_interval; --tag T sends the
 // chaos records of producer T (tests/chaos/chaos_records.hpp) instead of session_records.hpp's;
 // --signals 1 makes SIGUSR1 force the QP to the error state at the next record and SIGTERM end
@@ -14,7 +15,10 @@
 // prints a line with the CLOCK_MONOTONIC time (t=ns) at start, at every recovery and at the end;
 // --recover-attempts (default 50) and --start-attempts (default 1) bound the retries of a
 // recovery and of the first attach/rejoin while the owner does not answer; --rate-hz R sends at
-// most R records a second (0, the default: as fast as the ring allows).
+// most R records a second (0, the default: as fast as the ring allows); --detach-retries N
+// retries a detach that failed on the control channel (a cut connection fails one call), and
+// then takes unknown_session as done: the failed attempt may have reached the owner after the
+// drain.
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -102,6 +106,7 @@ int main(int argc, char** argv) {
   bool tagged = false, signals = false;
   int start_attempts = 1;
   std::uint64_t rate_hz = 0;
+  int detach_retries = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--address") o.address = v;
@@ -117,6 +122,7 @@ int main(int argc, char** argv) {
     else if (k == "--recover-attempts") g_recover_attempts = std::stoi(v);
     else if (k == "--start-attempts") start_attempts = std::max(1, std::stoi(v));
     else if (k == "--rate-hz") rate_hz = std::stoull(v);
+    else if (k == "--detach-retries") detach_retries = std::stoi(v);
     else {
       std::cerr << "session-producer: unknown option " << k << "\n";
       return 2;
@@ -126,6 +132,10 @@ int main(int argc, char** argv) {
     signal(SIGUSR1, on_usr1);
     signal(SIGTERM, on_term);
   }
+  // Each epoch's credentials are on disk before its QP connects: once it has, the owner no longer
+  // admits a resume from the epoch before, so a process killed between the connect and a save
+  // after recover() returned could not rejoin.
+  o.on_credentials = [&credentials](const SessionCredentials& c) { save(credentials, c); };
   try {
     const auto saved = load(credentials);
     auto open = [&] {
@@ -184,9 +194,15 @@ int main(int argc, char** argv) {
       if (!needs_recover(r.error())) throw SetupError(r.error());
       recover(p, credentials, r.error());
     }
-    for (;;) {
+    for (int failed_calls = 0;;) {
       auto r = p.detach(std::chrono::seconds(60));
       if (r) break;
+      if (failed_calls > 0 && r.error() == errc::unknown_session) break;
+      if (failed_calls < detach_retries && (r.error() == errc::control_failure || r.error() == errc::timed_out)) {
+        ++failed_calls;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
       if (!needs_recover(r.error())) throw SetupError(r.error());
       recover(p, credentials, r.error());
     }
