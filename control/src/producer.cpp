@@ -59,6 +59,13 @@ struct Producer::Connection {
   std::uint64_t stale_completions = 0;
   std::uint64_t recoveries = 0;
 
+  // The QPs go before the CQ and PD they use (destroying either while a QP uses it fails with
+  // EBUSY and leaks it); the first link's rdma_cm id, which holds the device open, after them.
+  ~Connection() {
+    link.reset();
+    if (first) first->qp.reset();
+  }
+
   Link& current() { return link ? *link : *first; }
   Proof proof(ProofPurpose purpose, std::uint64_t epoch) const {
     return make_proof(session.secret, purpose, session.session, epoch);
