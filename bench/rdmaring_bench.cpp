@@ -41,6 +41,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -52,6 +53,7 @@
 #include "rdmaring/verbs/context.hpp"
 #include "rdmaring/verbs/mr.hpp"
 #include "rdmaring/verbs/pd.hpp"
+#include "rdmaring/verbs/port_counters.hpp"
 
 namespace {
 
@@ -67,6 +69,7 @@ struct Options {
   std::uint32_t max_record = 64 * 1024;
   std::uint64_t records = 100000;
   std::string sizes = "mixed";  // mixed | fixed:N
+  std::optional<std::uint32_t> fixed_size;  // N of fixed:N, parsed once: size_of runs per record
   std::uint64_t seed = 1;
   std::uint64_t slow_every = 0;  // consumer sleeps slow_us every slow_every records
   std::uint64_t slow_us = 0;
@@ -129,6 +132,8 @@ Options parse(int argc, char** argv) {
   if (o.device.empty()) {
     if (const char* d = std::getenv("RDMARING_DEVICE")) o.device = d;
   }
+  if (o.sizes.rfind("fixed:", 0) == 0) o.fixed_size = static_cast<std::uint32_t>(std::stoul(o.sizes.substr(6)));
+  else if (o.sizes != "mixed") usage("--sizes must be mixed or fixed:N");
   if (o.role == "phases") return o;
   if (o.address.empty()) usage("no --address and no RDMARING_ADDR");
   if (o.mode != "imm" && o.mode != "tail") usage("--mode must be imm or tail");
@@ -139,7 +144,7 @@ using bench::mix;
 
 // Mixed sizes: 90 % of 0..256 B, 9 % of 257 B..4 KiB, 1 % of 4 KiB..max_record.
 std::uint32_t size_of(const Options& o, std::uint64_t seq) {
-  if (o.sizes.rfind("fixed:", 0) == 0) return static_cast<std::uint32_t>(std::stoul(o.sizes.substr(6)));
+  if (o.fixed_size) return *o.fixed_size;
   const std::uint64_t h = mix(o.seed * 0x100000001b3ull ^ seq);
   const std::uint64_t pick = h % 1000, r = h >> 20;
   std::uint64_t n = pick < 900 ? r % 257 : pick < 990 ? 257 + r % (4096 - 256) : 4097 + r % (o.max_record - 4096 + 1);
@@ -224,6 +229,43 @@ void write_text(const std::string& path, const std::string& text) {
   if (!f) std::cerr << "rdmaring-bench: cannot write " << path << "\n";
 }
 
+std::uint64_t total(const std::map<std::string, std::uint64_t>& counts) {
+  std::uint64_t n = 0;
+  for (const auto& [k, v] : counts) n += v;
+  return n;
+}
+
+// What a side holds while records flow: its MRs, and what the kernel charged this process for
+// them (VmPin) beside what mlock() holds (VmLck).
+std::string memory_fields(const std::string& device, const verbs::RegistrationFootprint& mrs) {
+  const verbs::MemlockState m = verbs::read_memlock_state();
+  std::ostringstream out;
+  out << " device=" << device << " mr_regions=" << mrs.regions << " mr_bytes=" << mrs.bytes << " vm_pin=" << m.pinned
+      << " vm_lck=" << m.locked;
+  return out.str();
+}
+
+// The port's counters over the run, as hw_NAME=delta: what moved, and every RNR/retry counter.
+// They belong to the port, so a loopback run counts both ends.
+struct PortCounterWindow {
+  std::string device;
+  std::optional<verbs::PortCounters> before;
+
+  explicit PortCounterWindow(std::string dev) : device(std::move(dev)) {
+    auto r = verbs::read_port_counters(device);
+    if (r) before = std::move(r).value();
+    else std::cerr << "rdmaring-bench: no port counters: " << r.error().message() << "\n";
+  }
+  std::string fields() const {
+    if (!before) return " hw_counters=unavailable";
+    auto after = verbs::read_port_counters(device);
+    if (!after) return " hw_counters=unavailable";
+    std::ostringstream out;
+    for (const auto& [name, delta] : after.value().since(*before).values) out << " hw_" << name << "=" << delta;
+    return out.str();
+  }
+};
+
 // Allocation, registration and re-registration apart: what attach and every resume pay before
 // a byte moves. Each figure is the median of 5, per MB (2^20 B).
 int run_phases(const Options& o) {
@@ -272,6 +314,7 @@ int run_consumer(const Options& o) {
   co.relaxed_ordering = o.relaxed;
   co.max_sessions = 1;
   const auto consumer = RingOwner::start(co);
+  const PortCounterWindow counters(consumer->stats().device);
   if (o.ready_fd >= 0) {
     const std::string port = std::to_string(consumer->control_port()) + "\n";
     if (write(o.ready_fd, port.data(), port.size()) < 0) return 1;
@@ -283,38 +326,44 @@ int run_consumer(const Options& o) {
   Clock::time_point first{}, last{};
   auto next_progress = Clock::now() + Seconds(1);
   std::uint64_t at_last_progress = 0;
-  while (expect < o.records) {
-    if (!o.quiet && Clock::now() >= next_progress) {
+  // Built once: a std::function made from the lambda at every poll would allocate each time.
+  const RingOwner::Handler check = [&](const Delivery& r) {
+    const std::uint32_t len = size_of(o, expect);
+    fill(o, expect, std::span(want).first(len));
+    if (r.sequence != expect || r.payload.size() != len ||
+        (!o.no_fill && std::memcmp(r.payload.data(), want.data(), len) != 0)) {
+      if (bad++ < 5)
+        std::cerr << "consumer: record " << expect << " wrong (sequence " << r.sequence << ", " << r.payload.size()
+                  << " B, want " << len << " B)\n";
+    }
+    bytes += r.payload.size();
+    ++expect;
+  };
+  // The clock is read after deliveries and every so many empty polls: each read delays the
+  // next poll, and so the delivery the latency runs time.
+  for (std::uint64_t empty = 0; expect < o.records;) {
+    const auto n = must(consumer->poll(check, 256), "poll");
+    if (n == 0 && ++empty % 256 != 0) continue;
+    const auto now = Clock::now();
+    if (n > 0) {
+      last = now;
+      if (first == Clock::time_point{}) first = now;
+      if (o.slow_every && expect % o.slow_every < n) std::this_thread::sleep_for(std::chrono::microseconds(o.slow_us));
+    }
+    if (!o.quiet && now >= next_progress) {
       std::cerr << "progress records=" << expect << "/" << o.records << " rate=" << (expect - at_last_progress)
                 << " rec/s" << std::endl;
       at_last_progress = expect;
       next_progress += Seconds(1);
     }
-    const auto n = must(consumer->poll(
-                            [&](const Delivery& r) {
-                              const std::uint32_t len = size_of(o, expect);
-                              fill(o, expect, std::span(want).first(len));
-                              if (r.sequence != expect || r.payload.size() != len ||
-                                  (!o.no_fill && std::memcmp(r.payload.data(), want.data(), len) != 0)) {
-                                if (bad++ < 5)
-                                  std::cerr << "consumer: record " << expect << " wrong (sequence " << r.sequence
-                                            << ", " << r.payload.size() << " B, want " << len << " B)\n";
-                              }
-                              bytes += r.payload.size();
-                              ++expect;
-                            },
-                            256),
-                        "poll");
-    if (n > 0) {
-      if (first == Clock::time_point{}) first = Clock::now();
-      last = Clock::now();
-      if (o.slow_every && expect % o.slow_every < n) std::this_thread::sleep_for(std::chrono::microseconds(o.slow_us));
-    }
-    if (Clock::now() > deadline) {
+    if (now > deadline) {
       std::cerr << "consumer: timed out at record " << expect << "; " << consumer->ledger_dump() << "\n";
       return 1;
     }
   }
+  // Taken while the session still holds its ring: detaching frees it.
+  const auto flowing = consumer->stats();
+  const std::string memory = memory_fields(flowing.device, flowing.registered);
   // Keep answering credit requests until the producer has drained and detached.
   while (consumer->session_count() > 0 && Clock::now() < deadline) must(consumer->poll([](const Delivery&) {}, 64), "poll");
   const auto s = consumer->stats();
@@ -326,7 +375,8 @@ int run_consumer(const Options& o) {
             << " credit_writes=" << core.credit_writes << " credit_requests=" << core.credit_requests
             << " recv_completions=" << s.recv_completions << " recv_posts=" << s.recv_posts
             << " padding=" << core.padding_records << " not_ready=" << core.not_ready
-            << " torn_tail=" << core.torn_tail_reads;
+            << " torn_tail=" << core.torn_tail_reads << " async_events=" << total(s.async_events)
+            << " completion_errors=" << total(s.completion_errors) << memory << counters.fields();
   std::cout << line.str() << std::endl;
   const auto m = fields(line.str());
   write_json(o, &m, nullptr, bad == 0);
@@ -397,12 +447,15 @@ int run_producer(const Options& o) {
   ProducerOptions po;
   po.address = o.address;
   po.control_port = o.port;
+  const auto attach_start = Clock::now();
   Producer producer = Producer::attach(po);
   const auto t0 = Clock::now();
   std::uint64_t bytes = 0;
   std::string latency;
   if (o.latency) latency = must(measure_latency(o, producer, bytes), "latency");
   else must(stream(o, producer, bytes), "send");
+  const auto flowing = producer.stats();
+  const std::string memory = memory_fields(flowing.device, flowing.registered);
   must(producer.detach(std::chrono::duration_cast<std::chrono::nanoseconds>(Seconds(o.timeout_s))), "detach");
   const auto secs = Seconds(Clock::now() - t0).count();
   const auto s = producer.stats();
@@ -416,7 +469,11 @@ int run_producer(const Options& o) {
        << " batches=" << s.core.batches << " wire_bytes=" << s.core.wire_bytes
        << " would_block=" << s.core.would_block << " credit_requests=" << s.core.credit_requests
        << " credit_updates=" << s.core.credit_updates << " post_send_per_record=" << per(s.post_send_calls)
-       << " signaled_per_record=" << per(s.core.signaled) << " wrs_per_record=" << per(s.core.wrs) << latency;
+       << " signaled_per_record=" << per(s.core.signaled) << " wrs_per_record=" << per(s.core.wrs)
+       << " wire_per_payload=" << static_cast<double>(s.core.wire_bytes) / static_cast<double>(std::max<std::uint64_t>(bytes, 1))
+       << " attach_ms=" << std::chrono::duration<double, std::milli>(t0 - attach_start).count()
+       << " async_events=" << total(s.async_events) << " completion_errors=" << total(s.completion_errors)
+       << " recoveries=" << s.recoveries << memory << latency;
   std::cout << line.str() << std::endl;
   const auto m = fields(line.str());
   write_json(o, nullptr, &m, true);
@@ -473,9 +530,31 @@ void report(const Options& o, const std::string& c_out, const std::string& p_out
               << " warm-up: p50 " << f(p, "latency_p50_us") << " us, p99 " << f(p, "latency_p99_us") << " us, p999 "
               << f(p, "latency_p999_us") << " us (min " << f(p, "latency_min_us") << ", max " << f(p, "latency_max_us")
               << ")\n";
-  std::cout
-            << "  per record   " << f(p, "post_send_per_record") << " ibv_post_send, " << f(p, "wrs_per_record") << " WRs, "
-            << f(p, "signaled_per_record") << " signaled completions\n"
+  const auto ratio = [&](const std::string& num, const std::string& den) {
+    const double d = std::atof(f(c, den.c_str()).c_str());
+    return d > 0 ? std::to_string(std::atof(f(c, num.c_str()).c_str()) / d) : std::string("?");
+  };
+  std::cout << "  per record   " << f(p, "post_send_per_record") << " ibv_post_send, " << f(p, "wrs_per_record")
+            << " WRs, " << f(p, "signaled_per_record") << " signaled completions, " << ratio("recv_completions", "records")
+            << " receive WQEs consumed (" << ratio("recv_posts", "records") << " ibv_post_srq_recv); " << f(p, "wire_per_payload") << " ring bytes written per payload byte\n"
+            << "  set-up       attach " << f(p, "attach_ms")
+            << " ms (control round trip, ring and staging registration, QP connect); per-MB costs: rdmaring-bench phases\n";
+  for (auto* side : {&c, &p})
+    std::cout << "  memory       " << ((side == &c) ? "consumer" : "producer") << " on " << f(*side, "device") << ": "
+              << f(*side, "mr_regions") << " MRs, " << f(*side, "mr_bytes") << " B registered; VmPin "
+              << f(*side, "vm_pin") << " B, VmLck " << f(*side, "vm_lck") << " B\n";
+  std::cout << "  events       async events: consumer " << f(c, "async_events") << ", producer " << f(p, "async_events")
+            << "; error completions: consumer " << f(c, "completion_errors") << ", producer "
+            << f(p, "completion_errors") << "; recoveries " << f(p, "recoveries") << "\n";
+  // The port's counters (both ends of a loopback run): RNR and retry first, then the rest that moved.
+  std::string rnr, moved;
+  for (const auto& [k, v] : c) {
+    if (k.rfind("hw_", 0) != 0) continue;
+    (verbs::is_rnr_or_retry_counter(k) ? rnr : moved) += " " + k.substr(3) + "=" + v;
+  }
+  if (c.count("hw_counters")) rnr = " unavailable (no /sys/class/infiniband counters for the device)";
+  std::cout << "  port         RNR/retry:" << (rnr.empty() ? " none exported" : rnr) << "\n"
+            << "  port         traffic:" << (moved.empty() ? " none" : moved) << "\n"
             << "  result       " << (ok ? "ok" : "FAILED") << std::endl;
 }
 

@@ -48,6 +48,19 @@ void MetricsText::gauge(const std::string& name, const std::string& help, double
   sample(name, help, "gauge", v.str(), labels);
 }
 
+void MetricsText::counters(const std::string& name, const std::string& help,
+                           const std::map<std::string, std::uint64_t>& counts, const std::string& label) {
+  for (const auto& [key, n] : counts) counter(name, help, n, {{label, key}});
+}
+
+void MetricsText::registrations(const std::string& side, const std::string& device, std::uint64_t regions,
+                                std::uint64_t bytes) {
+  const Labels on{{"device", device}};
+  gauge(side + "_registered_regions", "Memory regions registered now", static_cast<double>(regions), on);
+  gauge(side + "_registered_bytes", "Bytes under registration now (pinned unless on-demand paged)",
+        static_cast<double>(bytes), on);
+}
+
 std::string MetricsText::str() const {
   std::string out;
   for (const auto& name : order_) {

@@ -100,6 +100,8 @@ struct RingOwner::State {
   std::unordered_map<std::uint32_t, SessionRing*> by_qp;
   std::unordered_map<rdma_cm_id*, SessionRing*> by_cm;
   SessionId last_served = 0;  // round robin: the next poll starts after this session
+  // poll()'s scratch, kept so that a busy-polling consumer allocates nothing per call.
+  std::vector<SessionId> failed_scratch, turn_scratch;
   RingOwnerStats counters;
 
   // Control-thread objects; the thread is the last member, so it stops before the rest go.
@@ -312,8 +314,13 @@ Result<std::size_t> RingOwner::poll(const Handler& handler, std::size_t max) {
   State& s = *s_;
   std::lock_guard lock(s.m);
   BOOST_OUTCOME_TRYV(s.take_completions());
-  const auto now = Clock::now();
-  std::vector<SessionId> failed;
+  // The clock only when something was published: an idle consumer polls in a tight loop, and
+  // under emulation a clock read costs more than the rest of an empty poll.
+  std::optional<Clock::time_point> now_once;
+  const auto now = [&now_once] { return now_once ? *now_once : *(now_once = Clock::now()); };
+  std::vector<SessionId>& failed = s.failed_scratch;
+  failed.clear();
+  bool unread = false;
   for (auto& [id, r] : s.rings) {
     if (s.options.mode == wire::PublishMode::tail) {
       std::array<std::byte, wire::kTailRecordSize> tail;
@@ -322,8 +329,11 @@ Result<std::size_t> RingOwner::poll(const Handler& handler, std::size_t max) {
     }
     if (r->core->counters().publishes != r->publishes_seen) {
       r->publishes_seen = r->core->counters().publishes;
-      s.table.touch(id, now);
+      s.table.touch(id, now());
     }
+    const auto l = r->core->ledger();
+    if (l.head == l.published) r->deficit = 0;  // an idle session banks no allowance
+    else unread = true;
   }
   for (SessionId id : failed) s.fail_session(id, *s.rings.at(id)->core->failure());
 
@@ -332,8 +342,8 @@ Result<std::size_t> RingOwner::poll(const Handler& handler, std::size_t max) {
   // lasts (and one always does), so a session of large records gets no more bytes per round
   // than one of small records, and none waits more than one round.
   std::size_t n = 0;
-  bool progress = true;
-  std::vector<SessionId> turn;
+  bool progress = unread;
+  std::vector<SessionId>& turn = s.turn_scratch;
   while (n < max && progress) {
     progress = false;
     turn.clear();
@@ -351,7 +361,7 @@ Result<std::size_t> RingOwner::poll(const Handler& handler, std::size_t max) {
       std::size_t served = 0;
       std::optional<Error> broke;
       while (n < max && (served == 0 || r.deficit > 0)) {
-        auto record = r.core->next(now);
+        auto record = r.core->next(now());
         if (!record) {
           broke = record.error();
           break;
@@ -689,6 +699,7 @@ std::unique_ptr<RingOwner> RingOwner::start(const RingOwnerOptions& options) {
                                                        "address of an RDMA netdev (rdmaring-doctor lists them)"));
     }
   }();
+  s->counters.device = ctx.name();
   s->pd.emplace(ctx);
   s->async.emplace(ctx);
   const bool imm = options.mode == wire::PublishMode::imm;
@@ -747,6 +758,8 @@ RingOwnerStats RingOwner::stats() const {
   out.sessions = s_->table.counters();
   out.async_events = s_->async->counts().by_type;
   for (const auto& [id, r] : s_->rings) {
+    out.registered.add(r->ring_mr);
+    out.registered.add(r->tail_mr);
     out.rings += r->core->counters();
     const SessionEntry* e = s_->table.find(id);
     out.per_session.push_back(SessionStats{id, e ? e->epoch : 0, e ? e->state : SessionState::broken,
@@ -782,10 +795,9 @@ std::string RingOwner::metrics() const {
             s.rings.duplicates_dropped);
   m.counter("owner_recv_completions_total", "Receive completions (immediates)", s.recv_completions);
   m.counter("owner_stale_completions_total", "Completions of a QP that is gone", s.stale_completions);
-  for (const auto& [status, n] : s.completion_errors)
-    m.counter("owner_completion_errors_total", "Error completions by status", n, {{"status", status}});
-  for (const auto& [type, n] : s.async_events)
-    m.counter("owner_async_events_total", "Asynchronous device events, acknowledged", n, {{"type", type}});
+  m.counters("owner_completion_errors_total", "Error completions by status", s.completion_errors, "status");
+  m.counters("owner_async_events_total", "Asynchronous device events, acknowledged", s.async_events, "type");
+  m.registrations("owner", s.device, s.registered.regions, s.registered.bytes);
   m.gauge("owner_sessions", "Sessions attached now", static_cast<double>(s.per_session.size()));
   for (const auto& ps : s.per_session) {
     const MetricsText::Labels id{{"session", std::to_string(ps.session)}};

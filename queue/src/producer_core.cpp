@@ -111,9 +111,8 @@ Result<void> ProducerCore::send(std::span<const std::byte> payload, Clock::time_
 }
 
 bool ProducerCore::flush_due(Clock::time_point now) const noexcept {
-  if (failure_) return false;
+  if (!publish_pending()) return false;
   if (want_credit_) return true;
-  if (committed_ == published_) return false;
   return committed_ - published_ >= config_.coalesce.bytes || pending_records_ >= config_.coalesce.records ||
          now - oldest_pending_ >= config_.coalesce.delay;
 }

@@ -288,25 +288,34 @@ struct TcpSocket {
   std::uint32_t inode = 0;
 };
 
-// Established IPv4 TCP sockets with `port` at either end.
-std::vector<TcpSocket> tcp_sockets(std::uint16_t port) {
-  std::vector<TcpSocket> out;
+// A sock_diag socket with one request about IPv4 TCP sockets sent on it, for the caller to read
+// the answer from and close; -1 when the socket or the send failed.
+int sock_diag_request(std::uint16_t type, std::uint16_t flags, std::uint32_t states, const inet_diag_sockid& id = {}) {
   const int fd = ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-  if (fd < 0) return out;
+  if (fd < 0) return -1;
   struct {
     nlmsghdr nlh;
     inet_diag_req_v2 req;
   } msg{};
   msg.nlh.nlmsg_len = sizeof msg;
-  msg.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-  msg.nlh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  msg.nlh.nlmsg_type = type;
+  msg.nlh.nlmsg_flags = flags;
   msg.req.sdiag_family = AF_INET;
   msg.req.sdiag_protocol = IPPROTO_TCP;
-  msg.req.idiag_states = 1u << TCP_ESTABLISHED;
+  msg.req.idiag_states = states;
+  msg.req.id = id;
   if (::send(fd, &msg, sizeof msg, 0) != static_cast<ssize_t>(sizeof msg)) {
     ::close(fd);
-    return out;
+    return -1;
   }
+  return fd;
+}
+
+// Established IPv4 TCP sockets with `port` at either end.
+std::vector<TcpSocket> tcp_sockets(std::uint16_t port) {
+  std::vector<TcpSocket> out;
+  const int fd = sock_diag_request(SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, 1u << TCP_ESTABLISHED);
+  if (fd < 0) return out;
   std::vector<char> buf(1 << 16);
   for (bool done = false; !done;) {
     const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
@@ -326,27 +335,14 @@ std::vector<TcpSocket> tcp_sockets(std::uint16_t port) {
 }
 
 bool destroy_socket(const inet_diag_sockid& id) {
-  const int fd = ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  const int fd = sock_diag_request(SOCK_DESTROY, NLM_F_REQUEST | NLM_F_ACK, ~0u, id);
   if (fd < 0) return false;
-  struct {
-    nlmsghdr nlh;
-    inet_diag_req_v2 req;
-  } msg{};
-  msg.nlh.nlmsg_len = sizeof msg;
-  msg.nlh.nlmsg_type = SOCK_DESTROY;
-  msg.nlh.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
-  msg.req.sdiag_family = AF_INET;
-  msg.req.sdiag_protocol = IPPROTO_TCP;
-  msg.req.idiag_states = ~0u;
-  msg.req.id = id;
   bool ok = false;
-  if (::send(fd, &msg, sizeof msg, 0) == static_cast<ssize_t>(sizeof msg)) {
-    std::array<char, 4096> buf;
-    const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
-    const auto* h = reinterpret_cast<const nlmsghdr*>(buf.data());
-    if (n >= static_cast<ssize_t>(sizeof(nlmsghdr) + sizeof(nlmsgerr)) && h->nlmsg_type == NLMSG_ERROR)
-      ok = static_cast<const nlmsgerr*>(NLMSG_DATA(h))->error == 0;
-  }
+  std::array<char, 4096> buf;
+  const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+  const auto* h = reinterpret_cast<const nlmsghdr*>(buf.data());
+  if (n >= static_cast<ssize_t>(sizeof(nlmsghdr) + sizeof(nlmsgerr)) && h->nlmsg_type == NLMSG_ERROR)
+    ok = static_cast<const nlmsgerr*>(NLMSG_DATA(h))->error == 0;
   ::close(fd);
   return ok;
 }

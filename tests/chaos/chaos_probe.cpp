@@ -1,6 +1,6 @@
 // rdmaring-chaos-probe: the hostile peer of a chaos run, written against the control protocol and
-// the wire formats directly (as tests/softroce/control_test.cpp's RawProducer) to do what the
-// library's Producer never does.
+// the wire formats directly (tests/softroce/raw_producer.hpp) to do what the library's Producer
+// never does.
 //
 //   --mode stale-rkey  attaches a session of its own, connects epoch 1 and writes with its rkey
 //                      (must succeed), resumes (epoch 2 fences epoch 1), connects epoch 2 and
@@ -22,28 +22,19 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <array>
 #include <chrono>
 #include <cinttypes>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <map>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "control_client.hpp"
+#include "../softroce/credentials_file.hpp"
+#include "../softroce/raw_producer.hpp"
 #include "rdmaring/producer.hpp"
-#include "rdmaring/verbs/cm_id.hpp"
-#include "rdmaring/verbs/context.hpp"
-#include "rdmaring/verbs/cq.hpp"
-#include "rdmaring/verbs/event_channel.hpp"
-#include "rdmaring/verbs/mr.hpp"
-#include "rdmaring/verbs/pd.hpp"
-#include "rdmaring/verbs/qp.hpp"
 
 using namespace rdmaring;
 using namespace std::chrono_literals;
@@ -98,96 +89,17 @@ OwnerView ask_owner(const std::string& path, SessionId session) {
   return v;
 }
 
-// A producer without the library's manners: it keeps old rkeys and sends old epochs' messages.
-struct RawSession {
+// The owner runs in another process: what it made of the probe's session is asked of its audit
+// socket.
+struct RawSession : testing::RawProducer {
   const Args& args;
-  control::ControlClient control;
-  control::RingGrant grant;
-  struct Id {
-    verbs::EventChannel channel;
-    verbs::CmId id{channel};
-  };
-  std::vector<std::unique_ptr<Id>> ids;  // the first holds the device context open
-  std::optional<verbs::ProtectionDomain> pd;
-  std::optional<verbs::CompletionQueue> cq;
-  verbs::AlignedBuffer buf{4096};
-  std::optional<verbs::MemoryRegion> mr;
-  std::optional<verbs::QueuePair> qp;
 
-  explicit RawSession(const Args& a) : args(a), control(a.address, a.port, 10s) {}
+  explicit RawSession(const Args& a) : testing::RawProducer(a.address, a.port, a.source), args(a) {}
 
   void attach() {
     auto g = control.attach();
     if (!g) throw Inconclusive("attach: " + g.error().message());
     grant = g.value();
-  }
-
-  wire::ConnectData hello(SessionId session, const SessionSecret& secret, std::uint64_t epoch) const {
-    return wire::ConnectData{session, epoch, make_proof(secret, ProofPurpose::connect, session, epoch),
-                             reinterpret_cast<std::uintptr_t>(buf.data()), mr ? mr->rkey() : 0};
-  }
-  wire::ConnectData hello(std::uint64_t epoch) const { return hello(grant.session, grant.secret, epoch); }
-
-  // Connects a new QP with `data` as the request's private data; throws SetupError when refused.
-  void connect(const wire::ConnectData& data) {
-    auto holder = std::make_unique<Id>();
-    verbs::CmId* id = &holder->id;
-    id->resolve(args.address, grant.data_port, 10s, args.source);
-    if (!pd) {
-      pd.emplace(id->context());
-      cq.emplace(id->context(), 16);
-      mr.emplace(*pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    }
-    qp.reset();
-    verbs::QueuePairCaps caps;
-    caps.max_send_wr = 8;
-    caps.max_recv_wr = 1;
-    qp.emplace(*id, *pd, *cq, *cq, caps);
-    auto bytes = wire::encode(data);
-    rdma_conn_param param{};
-    param.private_data = bytes.data();
-    param.private_data_len = static_cast<std::uint8_t>(bytes.size());
-    param.retry_count = 1;
-    param.rnr_retry_count = 1;
-    ids.push_back(std::move(holder));
-    id->connect(param, 10s);
-  }
-
-  // RDMA_WRITE of 64 bytes of 0xEE at the ring's start with `rkey`; the completion's status.
-  ibv_wc_status write(std::uint32_t rkey) {
-    std::memset(buf.data(), 0xEE, 64);
-    ibv_sge sge{reinterpret_cast<std::uintptr_t>(buf.data()), 64, mr->lkey()};
-    ibv_send_wr wr{};
-    wr.wr_id = 1;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = grant.ring_addr;
-    wr.wr.rdma.rkey = rkey;
-    if (!qp->post_send(wr)) throw Inconclusive("post_send failed");
-    std::array<ibv_wc, 1> wc;
-    const auto deadline = std::chrono::steady_clock::now() + 60s;
-    for (;;) {
-      auto n = cq->poll(wc);
-      if (!n) throw Inconclusive("poll_cq failed");
-      if (n.value() == 1) return wc[0].status;
-      if (std::chrono::steady_clock::now() > deadline) throw Inconclusive("no completion for the write in 60 s");
-      std::this_thread::sleep_for(1ms);
-    }
-  }
-
-  Result<control::RingGrant> resume(SessionId session, const SessionSecret& secret, std::uint64_t epoch) {
-    const Proof p = make_proof(secret, ProofPurpose::resume, session, epoch);
-    return control.resume(Credentials{session, epoch, p}, false, 0, 0);
-  }
-  Result<void> heartbeat(SessionId session, const SessionSecret& secret, std::uint64_t epoch) {
-    const Proof p = make_proof(secret, ProofPurpose::heartbeat, session, epoch);
-    return control.heartbeat(Credentials{session, epoch, p});
-  }
-  Result<void> detach(SessionId session, const SessionSecret& secret, std::uint64_t epoch) {
-    const Proof p = make_proof(secret, ProofPurpose::detach, session, epoch);
-    return control.detach(Credentials{session, epoch, p});
   }
 
   // Waits until the owner reports the session connected in `epoch` (its ESTABLISHED event is
@@ -211,7 +123,7 @@ struct RawSession {
     connect(hello(1));
     const std::uint32_t old_rkey = grant.ring_rkey;
     if (write_in_epoch_one) {
-      const auto st = write(old_rkey);
+      const auto st = write(old_rkey, 60s);
       if (st != IBV_WC_SUCCESS)
         throw Inconclusive(std::string("the epoch-1 write with the epoch-1 rkey failed: ") + ibv_wc_status_str(st));
       notes.push_back("epoch1_write=ok");
@@ -249,24 +161,13 @@ bool connect_refused(RawSession& raw, const wire::ConnectData& hello, std::strin
   }
 }
 
-std::optional<SessionCredentials> load_credentials(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return std::nullopt;
-  SessionCredentials c;
-  f.read(reinterpret_cast<char*>(&c.session), sizeof c.session);
-  f.read(reinterpret_cast<char*>(c.secret.data()), static_cast<std::streamsize>(c.secret.size()));
-  f.read(reinterpret_cast<char*>(&c.epoch), sizeof c.epoch);
-  if (!f) return std::nullopt;
-  return c;
-}
-
 int stale_rkey(const Args& args) {
   RawSession raw(args);
   Tally t;
   const std::uint32_t old_rkey = raw.into_epoch_two(true, t.notes);
   if (raw.grant.ring_rkey == old_rkey) t.notes.push_back("rkey_unchanged_across_resume");
   const auto before = ask_owner(args.owner_socket, raw.grant.session);
-  const auto status = raw.write(old_rkey);
+  const auto status = raw.write(old_rkey, 60s);
   const auto after = ask_owner(args.owner_socket, raw.grant.session);
   if (!before.found || !after.found) throw Inconclusive("the owner lost the probe's session during the write");
   ++t.checks;
@@ -302,7 +203,7 @@ int replay(const Args& args) {
   }
   // A live producer's session: its secret from its credentials file, its epoch from the owner.
   if (!args.credentials.empty()) {
-    const auto c = load_credentials(args.credentials);
+    const auto c = testing::load_credentials(args.credentials);
     if (!c) {
       t.notes.push_back("live=no_credentials");
     } else {

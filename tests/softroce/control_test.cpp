@@ -20,16 +20,10 @@
 
 #include "control_client.hpp"
 #include "device_address.hpp"
+#include "raw_producer.hpp"
 #include "rdmaring/producer.hpp"
 #include "rdmaring/ring_owner.hpp"
 #include "rdmaring/threaded_producer.hpp"
-#include "rdmaring/verbs/cm_id.hpp"
-#include "rdmaring/verbs/context.hpp"
-#include "rdmaring/verbs/cq.hpp"
-#include "rdmaring/verbs/event_channel.hpp"
-#include "rdmaring/verbs/mr.hpp"
-#include "rdmaring/verbs/pd.hpp"
-#include "rdmaring/verbs/qp.hpp"
 #include "session_records.hpp"
 
 using namespace rdmaring;
@@ -213,101 +207,17 @@ TEST_CASE("a producer killed with SIGKILL rejoins with its session secret: exact
   std::filesystem::remove_all(dir);
 }
 
-namespace {
-
-// A producer written against the wire formats directly, to do what the library's Producer
-// never does: keep an old rkey, replay an old epoch's messages.
-struct RawProducer {
-  control::ControlClient control;
-  control::RingGrant grant;
-  // One channel per id: an old connection's DISCONNECTED must not reach a new one's set-up.
-  struct Id {
-    verbs::EventChannel channel;
-    verbs::CmId id{channel};
-  };
-  std::vector<std::unique_ptr<Id>> ids;  // the first holds the device context open
-  std::optional<verbs::ProtectionDomain> pd;
-  std::optional<verbs::CompletionQueue> cq;
-  verbs::AlignedBuffer buf{4096};
-  std::optional<verbs::MemoryRegion> mr;
-  std::optional<verbs::QueuePair> qp;
-
-  explicit RawProducer(const RingOwner& owner) : control(device_address(), owner.control_port(), 10s) {
-    auto g = control.attach();
-    REQUIRE(g);
-    grant = g.value();
-  }
-
-  wire::ConnectData hello(std::uint64_t epoch) const {
-    return wire::ConnectData{grant.session, epoch, make_proof(grant.secret, ProofPurpose::connect, grant.session, epoch),
-                             reinterpret_cast<std::uintptr_t>(buf.data()), mr ? mr->rkey() : 0};
-  }
-
-  // Connects a new QP with `data` as the connect request's private data. Throws SetupError
-  // when the owner rejects it.
-  void connect(const wire::ConnectData& data) {
-    auto holder = std::make_unique<Id>();
-    verbs::CmId* id = &holder->id;
-    id->resolve(device_address(), grant.data_port, 10s);
-    if (!pd) {
-      pd.emplace(id->context());
-      cq.emplace(id->context(), 16);
-      mr.emplace(*pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    }
-    qp.reset();
-    verbs::QueuePairCaps caps;
-    caps.max_send_wr = 8;
-    caps.max_recv_wr = 1;
-    qp.emplace(*id, *pd, *cq, *cq, caps);
-    auto bytes = wire::encode(data);
-    rdma_conn_param param{};
-    param.private_data = bytes.data();
-    param.private_data_len = static_cast<std::uint8_t>(bytes.size());
-    param.retry_count = 1;
-    param.rnr_retry_count = 1;
-    ids.push_back(std::move(holder));
-    id->connect(param, 10s);
-  }
-
-  // RDMA_WRITE of 64 bytes of 0xEE to the ring's start with `rkey`; the completion's status.
-  ibv_wc_status write(std::uint32_t rkey) {
-    std::memset(buf.data(), 0xEE, 64);
-    ibv_sge sge{reinterpret_cast<std::uintptr_t>(buf.data()), 64, mr->lkey()};
-    ibv_send_wr wr{};
-    wr.wr_id = 1;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = grant.ring_addr;
-    wr.wr.rdma.rkey = rkey;
-    REQUIRE(qp->post_send(wr));
-    std::array<ibv_wc, 1> wc;
-    const auto deadline = std::chrono::steady_clock::now() + 30s;
-    for (;;) {
-      auto n = cq->poll(wc);
-      REQUIRE(n);
-      if (n.value() == 1) return wc[0].status;
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-    }
-  }
-
-  Result<control::RingGrant> resume(std::uint64_t epoch) {
-    const Proof p = make_proof(grant.secret, ProofPurpose::resume, grant.session, epoch);
-    return control.resume(Credentials{grant.session, epoch, p}, false, 0, 0);
-  }
-};
-
-}  // namespace
-
 TEST_CASE("after a resume the old rkey writes nothing, and replayed messages of the old epoch are refused",
           "[softroce][sessions]") {
   const auto owner = RingOwner::start(owner_options(wire::PublishMode::imm));
-  RawProducer raw(*owner);
+  testing::RawProducer raw(device_address(), owner->control_port());
+  auto attached = raw.control.attach();
+  REQUIRE(attached);
+  raw.grant = attached.value();
   REQUIRE(raw.grant.at.epoch == 1);
   raw.connect(raw.hello(1));
   const std::uint32_t old_rkey = raw.grant.ring_rkey;
-  CHECK(raw.write(old_rkey) == IBV_WC_SUCCESS);  // the key works in its epoch
+  CHECK(raw.write(old_rkey, 30s) == IBV_WC_SUCCESS);  // the key works in its epoch
 
   auto g2 = raw.resume(1);
   REQUIRE(g2);
@@ -318,7 +228,7 @@ TEST_CASE("after a resume the old rkey writes nothing, and replayed messages of 
 
   const auto before = owner->ring_checksum(raw.grant.session);
   REQUIRE(before);
-  const auto status = raw.write(old_rkey);
+  const auto status = raw.write(old_rkey, 30s);
   CHECK(status == IBV_WC_REM_ACCESS_ERR);
   CHECK(owner->ring_checksum(raw.grant.session) == before);
 

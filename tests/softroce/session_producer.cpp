@@ -26,12 +26,12 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <thread>
 
 #include "../chaos/chaos_records.hpp"
+#include "credentials_file.hpp"
 #include "rdmaring/producer.hpp"
 #include "session_records.hpp"
 
@@ -53,31 +53,6 @@ std::uint64_t monotonic_ns() {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000u + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-void save(const std::string& path, const SessionCredentials& c) {
-  // Written whole and renamed: a kill in the middle leaves the previous credentials intact.
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f.write(reinterpret_cast<const char*>(&c.session), sizeof c.session);
-    f.write(reinterpret_cast<const char*>(c.secret.data()), static_cast<std::streamsize>(c.secret.size()));
-    f.write(reinterpret_cast<const char*>(&c.epoch), sizeof c.epoch);
-    f.flush();
-    if (!f) throw std::runtime_error("cannot write " + tmp);
-  }
-  std::filesystem::rename(tmp, path);
-}
-
-std::optional<SessionCredentials> load(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return std::nullopt;
-  SessionCredentials c;
-  f.read(reinterpret_cast<char*>(&c.session), sizeof c.session);
-  f.read(reinterpret_cast<char*>(c.secret.data()), static_cast<std::streamsize>(c.secret.size()));
-  f.read(reinterpret_cast<char*>(&c.epoch), sizeof c.epoch);
-  if (!f) return std::nullopt;
-  return c;
-}
-
 // Recovers until the owner answers (a cut control connection costs one failed call).
 void recover(Producer& p, const std::string& credentials, const Error& cause) {
   int attempt = 0;
@@ -89,7 +64,7 @@ void recover(Producer& p, const std::string& credentials, const Error& cause) {
       throw SetupError(r.error());
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  save(credentials, p.credentials());
+  testing::save_credentials(credentials, p.credentials());
   if (g_log_recoveries)
     std::cerr << "session-producer " << getpid() << ": recovered session " << p.credentials().session << " epoch "
               << p.credentials().epoch << " at sequence " << p.next_sequence() << " after " << attempt + 1
@@ -135,9 +110,9 @@ int main(int argc, char** argv) {
   // Each epoch's credentials are on disk before its QP connects: once it has, the owner no longer
   // admits a resume from the epoch before, so a process killed between the connect and a save
   // after recover() returned could not rejoin.
-  o.on_credentials = [&credentials](const SessionCredentials& c) { save(credentials, c); };
+  o.on_credentials = [&credentials](const SessionCredentials& c) { testing::save_credentials(credentials, c); };
   try {
-    const auto saved = load(credentials);
+    const auto saved = testing::load_credentials(credentials);
     auto open = [&] {
       for (int attempt = 1;; ++attempt) {
         try {
@@ -153,7 +128,7 @@ int main(int argc, char** argv) {
       }
     };
     Producer p = open();
-    save(credentials, p.credentials());
+    testing::save_credentials(credentials, p.credentials());
     std::cerr << "session-producer " << getpid() << ": " << (saved ? "rejoined" : "attached") << " session "
               << p.credentials().session << " epoch " << p.credentials().epoch << " at sequence "
               << p.next_sequence() << std::endl;

@@ -19,6 +19,7 @@
 
 #include "rdmaring/error.hpp"
 #include "rdmaring/producer_core.hpp"
+#include "rdmaring/verbs/mr.hpp"
 
 namespace rdmaring {
 
@@ -49,6 +50,8 @@ struct ProducerOptions {
 
 // Per-record costs are these divided by core.records.
 struct ProducerStats {
+  std::string device;  // the verbs device rdma_cm resolved the owner's address to
+  verbs::RegistrationFootprint registered;  // staging and credit MRs
   ProducerCounters core;
   std::uint64_t post_send_calls = 0;
   std::uint64_t completions = 0;  // signaled send completions polled
@@ -124,7 +127,8 @@ class Producer {
   struct Connection;
   explicit Producer(std::unique_ptr<Connection> c) noexcept;
   static Producer open(const ProducerOptions& options, const SessionCredentials* rejoining);
-  Result<void> post_due(bool force);
+  // Posts what the coalescing policy says is due at `now` (everything, with `force`).
+  Result<void> post_due(bool force, Clock::time_point now);
   std::unique_ptr<Connection> c_;
 };
 

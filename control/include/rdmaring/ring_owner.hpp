@@ -22,6 +22,7 @@
 #include "rdmaring/consumer_core.hpp"
 #include "rdmaring/error.hpp"
 #include "rdmaring/session_table.hpp"
+#include "rdmaring/verbs/mr.hpp"
 
 namespace rdmaring {
 
@@ -83,6 +84,8 @@ struct SessionStats {
 };
 
 struct RingOwnerStats {
+  std::string device;  // the verbs device rdma_cm bound the data port to
+  verbs::RegistrationFootprint registered;  // the rings' and tail records' MRs, now
   SessionCounters sessions;
   std::uint64_t control_calls = 0;
   std::uint64_t control_task_failures = 0;  // control-thread tasks (listener, rdma_cm, leases) that failed

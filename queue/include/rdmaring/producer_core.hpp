@@ -120,6 +120,8 @@ class ProducerCore {
 
   // True when a coalescing threshold is reached or credit must be asked for.
   bool flush_due(Clock::time_point now) const noexcept;
+  // Whether anything waits to be posted at all (flush_due's cheap part, needing no clock).
+  bool publish_pending() const noexcept { return !failure_ && (want_credit_ || committed_ != published_); }
   // The next batch to post, regardless of thresholds; nullopt when nothing is waiting or the
   // send queue has no room (then retry after completions).
   std::optional<PostBatch> take_batch();

@@ -91,4 +91,16 @@ class MemoryRegion {
   std::unique_ptr<ibv_mr, Dereg> mr_;
 };
 
+// What a set of registrations pins, as a report quotes it beside VmPin.
+struct RegistrationFootprint {
+  std::uint64_t regions = 0;
+  std::uint64_t bytes = 0;  // the regions' lengths; the kernel pins whole pages of them
+
+  void add(const std::optional<MemoryRegion>& mr) noexcept {
+    if (!mr) return;
+    ++regions;
+    bytes += mr->length();
+  }
+};
+
 }  // namespace rdmaring::verbs

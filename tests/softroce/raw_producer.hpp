@@ -1,0 +1,130 @@
+// A producer written against the control protocol and the wire formats directly, to do what the
+// library's Producer never does: keep an old rkey, send an old epoch's messages, forge a connect
+// request. The device tests (control_test.cpp) and the chaos probe (tests/chaos/chaos_probe.cpp)
+// play this peer; each attaches it in its own way (control.attach(), then grant).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "control_client.hpp"
+#include "rdmaring/session_proof.hpp"
+#include "rdmaring/verbs/cm_id.hpp"
+#include "rdmaring/verbs/context.hpp"
+#include "rdmaring/verbs/cq.hpp"
+#include "rdmaring/verbs/event_channel.hpp"
+#include "rdmaring/verbs/mr.hpp"
+#include "rdmaring/verbs/pd.hpp"
+#include "rdmaring/verbs/qp.hpp"
+
+namespace rdmaring::testing {
+
+struct RawProducer {
+  std::string address, source;
+  control::ControlClient control;
+  control::RingGrant grant;
+  // One channel per id: an old connection's DISCONNECTED must not reach a new one's set-up.
+  struct Id {
+    verbs::EventChannel channel;
+    verbs::CmId id{channel};
+  };
+  std::vector<std::unique_ptr<Id>> ids;  // the first holds the device context open
+  std::optional<verbs::ProtectionDomain> pd;
+  std::optional<verbs::CompletionQueue> cq;
+  verbs::AlignedBuffer buf{4096};
+  std::optional<verbs::MemoryRegion> mr;
+  std::optional<verbs::QueuePair> qp;
+
+  // `source_address`: the local address for rdma_cm to bind (a test host sharing the namespace
+  // with others is told apart by it); empty: the route's choice.
+  RawProducer(std::string owner_address, std::uint16_t control_port, std::string source_address = {})
+      : address(std::move(owner_address)),
+        source(std::move(source_address)),
+        control(address, control_port, std::chrono::seconds(10)) {}
+
+  wire::ConnectData hello(SessionId session, const SessionSecret& secret, std::uint64_t epoch) const {
+    return wire::ConnectData{session, epoch, make_proof(secret, ProofPurpose::connect, session, epoch),
+                             reinterpret_cast<std::uintptr_t>(buf.data()), mr ? mr->rkey() : 0};
+  }
+  wire::ConnectData hello(std::uint64_t epoch) const { return hello(grant.session, grant.secret, epoch); }
+
+  // Connects a new QP with `data` as the connect request's private data. Throws SetupError
+  // when the owner rejects it.
+  void connect(const wire::ConnectData& data) {
+    auto holder = std::make_unique<Id>();
+    verbs::CmId* id = &holder->id;
+    id->resolve(address, grant.data_port, std::chrono::seconds(10), source);
+    if (!pd) {
+      pd.emplace(id->context());
+      cq.emplace(id->context(), 16);
+      mr.emplace(*pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    }
+    qp.reset();
+    verbs::QueuePairCaps caps;
+    caps.max_send_wr = 8;
+    caps.max_recv_wr = 1;
+    qp.emplace(*id, *pd, *cq, *cq, caps);
+    auto bytes = wire::encode(data);
+    rdma_conn_param param{};
+    param.private_data = bytes.data();
+    param.private_data_len = static_cast<std::uint8_t>(bytes.size());
+    param.retry_count = 1;
+    param.rnr_retry_count = 1;
+    ids.push_back(std::move(holder));
+    id->connect(param, std::chrono::seconds(10));
+  }
+
+  // RDMA_WRITE of 64 bytes of 0xEE to the ring's start with `rkey`; the completion's status.
+  // Throws std::runtime_error when the write cannot be posted or completes in no `timeout`: no
+  // status to judge, unlike a failed completion.
+  ibv_wc_status write(std::uint32_t rkey, std::chrono::seconds timeout) {
+    std::memset(buf.data(), 0xEE, 64);
+    ibv_sge sge{reinterpret_cast<std::uintptr_t>(buf.data()), 64, mr->lkey()};
+    ibv_send_wr wr{};
+    wr.wr_id = 1;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = grant.ring_addr;
+    wr.wr.rdma.rkey = rkey;
+    if (!qp->post_send(wr)) throw std::runtime_error("post_send failed");
+    std::array<ibv_wc, 1> wc;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      auto n = cq->poll(wc);
+      if (!n) throw std::runtime_error("poll_cq failed");
+      if (n.value() == 1) return wc[0].status;
+      if (std::chrono::steady_clock::now() > deadline)
+        throw std::runtime_error("no completion for the write in " + std::to_string(timeout.count()) + " s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  // Each message is made for the session and epoch given, not the grant's: replaying an old epoch's,
+  // or another session's, is the point.
+  Result<control::RingGrant> resume(SessionId session, const SessionSecret& secret, std::uint64_t epoch) {
+    const Proof p = make_proof(secret, ProofPurpose::resume, session, epoch);
+    return control.resume(Credentials{session, epoch, p}, false, 0, 0);
+  }
+  Result<control::RingGrant> resume(std::uint64_t epoch) { return resume(grant.session, grant.secret, epoch); }
+  Result<void> heartbeat(SessionId session, const SessionSecret& secret, std::uint64_t epoch) {
+    const Proof p = make_proof(secret, ProofPurpose::heartbeat, session, epoch);
+    return control.heartbeat(Credentials{session, epoch, p});
+  }
+  Result<void> detach(SessionId session, const SessionSecret& secret, std::uint64_t epoch) {
+    const Proof p = make_proof(secret, ProofPurpose::detach, session, epoch);
+    return control.detach(Credentials{session, epoch, p});
+  }
+};
+
+}  // namespace rdmaring::testing
