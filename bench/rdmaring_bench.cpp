@@ -24,6 +24,8 @@
 // --metrics PREFIX writes each role's counters in the Prometheus text format to
 // PREFIX-owner.prom and PREFIX-producer.prom. The consumer prints a progress line a second on
 // stderr (records, rate); -q silences it.
+// --payload-check none: the ring's records carry no payload CRC (RingOwnerOptions::core.payload_check):
+// neither side makes its pass over the payload bytes.
 // --no-fill: the producer leaves the records' bytes as staging holds them and the consumer checks
 // only sequence and length (the library's own CRCs still check every byte): the per-byte work
 // of this harness, not of the queue, is left out.
@@ -74,6 +76,7 @@ struct Options {
   std::uint64_t slow_every = 0;  // consumer sleeps slow_us every slow_every records
   std::uint64_t slow_us = 0;
   bool relaxed = false;
+  wire::PayloadCheck payload_check = wire::PayloadCheck::crc32c;
   int ready_fd = -1;
   double timeout_s = 600;
   bool latency = false;
@@ -90,7 +93,7 @@ struct Options {
   std::cerr << "rdmaring-bench: " << why << "\n"
             << "usage: rdmaring-bench pair|consumer|producer [--address A] [--port P] [--mode imm|tail]\n"
                "  [--ring BYTES] [--max-record BYTES] [--records N] [--sizes mixed|fixed:N] [--seed S]\n"
-               "  [--slow-every N --slow-us U] [--relaxed] [--timeout SECONDS]\n"
+               "  [--slow-every N --slow-us U] [--relaxed] [--payload-check crc32c|none] [--timeout SECONDS]\n"
                "  [--latency [--warmup N]] [--json FILE] [--no-fill] [--metrics PREFIX] [-q]\n"
                "       rdmaring-bench phases [--device NAME] [--sizes-mb 1,16,64]\n";
   std::exit(2);
@@ -117,6 +120,11 @@ Options parse(int argc, char** argv) {
     else if (k == "--slow-every") o.slow_every = std::stoull(next());
     else if (k == "--slow-us") o.slow_us = std::stoull(next());
     else if (k == "--relaxed") o.relaxed = true;
+    else if (k == "--payload-check") {
+      const std::string v = next();
+      if (v != "crc32c" && v != "none") usage("--payload-check must be crc32c or none");
+      o.payload_check = v == "none" ? wire::PayloadCheck::none : wire::PayloadCheck::crc32c;
+    }
     else if (k == "--ready-fd") o.ready_fd = std::stoi(next());
     else if (k == "--timeout") o.timeout_s = std::stod(next());
     else if (k == "--latency") o.latency = true;
@@ -215,7 +223,8 @@ void write_json(const Options& o, const std::map<std::string, std::string>* cons
     << ", \"device\": " << json_string(device ? device : "") << ", \"address\": " << json_string(o.address)
     << ", \"mode\": " << json_string(o.mode) << ", \"sizes\": " << json_string(o.sizes) << ", \"records\": " << o.records
     << ", \"ring\": " << o.ring << ", \"max_record\": " << o.max_record << ", \"seed\": " << o.seed
-    << ", \"relaxed\": " << (o.relaxed ? "true" : "false") << ", \"fill\": " << (o.no_fill ? "false" : "true");
+    << ", \"relaxed\": " << (o.relaxed ? "true" : "false")
+    << ", \"payload_check\": " << json_string(o.payload_check == wire::PayloadCheck::none ? "none" : "crc32c") << ", \"fill\": " << (o.no_fill ? "false" : "true");
   if (o.latency) f << ", \"warmup\": " << o.warmup;
   if (consumer) f << ",\n \"consumer\": " << json_object(*consumer);
   if (producer) f << ",\n \"producer\": " << json_object(*producer);
@@ -312,6 +321,7 @@ int run_consumer(const Options& o) {
   co.max_record = o.max_record;
   co.mode = mode_of(o);
   co.relaxed_ordering = o.relaxed;
+  co.core.payload_check = o.payload_check;
   co.max_sessions = 1;
   const auto consumer = RingOwner::start(co);
   const PortCounterWindow counters(consumer->stats().device);
@@ -454,10 +464,14 @@ int run_producer(const Options& o) {
   std::string latency;
   if (o.latency) latency = must(measure_latency(o, producer, bytes), "latency");
   else must(stream(o, producer, bytes), "send");
+  const auto timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(Seconds(o.timeout_s));
+  // The span ends when the consumer has released the last record, as ib_write_bw's ends at the
+  // last completion; the detach's control round trip is teardown, not transfer.
+  must(producer.drain(timeout), "drain");
+  const auto secs = Seconds(Clock::now() - t0).count();
   const auto flowing = producer.stats();
   const std::string memory = memory_fields(flowing.device, flowing.registered);
-  must(producer.detach(std::chrono::duration_cast<std::chrono::nanoseconds>(Seconds(o.timeout_s))), "detach");
-  const auto secs = Seconds(Clock::now() - t0).count();
+  must(producer.detach(timeout), "detach");
   const auto s = producer.stats();
   if (!o.metrics.empty()) write_text(o.metrics + "-producer.prom", producer.metrics());
   const double n = static_cast<double>(o.records);

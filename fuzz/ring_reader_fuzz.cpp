@@ -1,7 +1,8 @@
 // The consumer on a ring full of hostile bytes: bad and wrapping lengths, torn headers, forged
 // padding, tails that jump. The input is the ring's content followed by a list of publish
 // marks; the consumer must never deliver a record that fails its checks, never read outside the
-// ring, and never move backwards.
+// ring, and never move backwards. The first mark's top bit picks the ring's payload check: with
+// `none` only the payload's CRC goes unchecked, every other bound still holds.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -17,7 +18,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size < kRing) return 0;
   std::vector<std::byte> ring(reinterpret_cast<const std::byte*>(data), reinterpret_cast<const std::byte*>(data) + kRing);
   const auto geometry = RingGeometry::make(kRing, 2048).value();
-  ConsumerCore core(ring, geometry, wire::PublishMode::tail, ResumePoint{}, 0, ConsumerConfig{});
+  ConsumerConfig config;
+  const bool unchecked = size >= kRing + 8 && (data[kRing + 7] & 0x80) != 0;
+  if (unchecked) config.payload_check = wire::PayloadCheck::none;
+  ConsumerCore core(ring, geometry, wire::PublishMode::tail, ResumePoint{}, 0, config);
   std::uint64_t last_head = 0;
   for (std::size_t at = kRing; at + 8 <= size; at += 8) {
     std::uint64_t mark;
@@ -35,7 +39,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       // Delivered means checked: the header before it holds this payload's length and CRC.
       const auto h = wire::decode_record_header(
           std::span<const std::byte, wire::kRecordHeaderSize>(rec.payload.data() - wire::kRecordHeaderSize, wire::kRecordHeaderSize));
-      if (!h || h->payload_len != rec.payload.size() || h->payload_crc != crc32c(rec.payload) || h->sequence != rec.sequence)
+      if (!h || h->payload_len != rec.payload.size() || (!unchecked && h->payload_crc != crc32c(rec.payload)) ||
+          h->sequence != rec.sequence)
         __builtin_trap();
       if (!core.release(rec.end)) __builtin_trap();
     }

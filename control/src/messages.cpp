@@ -54,6 +54,8 @@ void write(schema::RingGrant::Builder out, const RingGrant& g, bool with_secret)
   out.setNextSequence(g.at.next_sequence);
   out.setDataPort(g.data_port);
   out.setLeaseMillis(static_cast<std::uint32_t>(g.lease.count()));
+  out.setPayloadCheck(g.payload_check == wire::PayloadCheck::none ? schema::PayloadCheck::NONE
+                                                                   : schema::PayloadCheck::CRC32C);
 }
 
 void write(schema::Refusal::Builder out, const Error& e) {
@@ -87,6 +89,11 @@ Result<RingGrant> read(schema::GrantOrRefusal::Reader in, bool with_secret) {
     case schema::PublishMode::IMM: out.mode = wire::PublishMode::imm; break;
     case schema::PublishMode::TAIL: out.mode = wire::PublishMode::tail; break;
     default: return bad_grant("unknown publish mode");
+  }
+  switch (g.getPayloadCheck()) {
+    case schema::PayloadCheck::CRC32C: out.payload_check = wire::PayloadCheck::crc32c; break;
+    case schema::PayloadCheck::NONE: out.payload_check = wire::PayloadCheck::none; break;
+    default: return bad_grant("unknown payload check");
   }
   out.relaxed_ordering = g.getRelaxedOrdering();
   if (out.relaxed_ordering && out.mode == wire::PublishMode::tail)

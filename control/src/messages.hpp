@@ -28,6 +28,7 @@ struct RingGrant {
   ResumePoint at;
   std::uint16_t data_port = 0;
   std::chrono::milliseconds lease{0};
+  wire::PayloadCheck payload_check = wire::PayloadCheck::crc32c;
 };
 
 // Reading limits for untrusted control messages: far above any legal message (a few hundred

@@ -180,7 +180,8 @@ void Producer::Connection::connect_first(const control::RingGrant& g) {
   staging_mr.emplace(*pd, staging->data(), staging->size(), IBV_ACCESS_LOCAL_WRITE);
   target = WriteTarget{staging->data(), staging_mr->lkey(), g.ring_addr, g.ring_rkey, g.tail_addr, g.tail_rkey};
   connect(*first, g);
-  core.emplace(staging->bytes(), PeerRing{g.mode, RingGeometry::make(g.ring_bytes, g.max_record).value(), g.at},
+  core.emplace(staging->bytes(),
+               PeerRing{g.mode, RingGeometry::make(g.ring_bytes, g.max_record).value(), g.at, g.payload_check},
                options.core);
 }
 
@@ -191,7 +192,7 @@ Result<ResumePoint> Producer::recover() {
   BOOST_OUTCOME_TRY(grant, c.control->resume(who(c.session, epoch, c.proof(ProofPurpose::resume, epoch)), false,
                                              l.released, c.released_sequence()));
   if (grant.ring_bytes != c.core->peer().geometry.bytes || grant.mode != c.core->peer().mode ||
-      grant.max_record != c.core->peer().geometry.max_record) {
+      grant.max_record != c.core->peer().geometry.max_record || grant.payload_check != c.core->peer().payload_check) {
     // An owner restarted with other options restored the session; it cannot go on, so it
     // should not hold a ring until its lease runs out.
     const std::uint64_t e = grant.at.epoch;

@@ -73,6 +73,11 @@ Result<void> RingOwnerOptions::validate() const {
     return make_error(errc::relaxed_ordering_refused,
                       "relaxed ordering with publish mode tail: the tail record's write may land before the payload "
                       "it publishes, and the consumer would read a record that is not there yet; use mode imm");
+  if (relaxed_ordering && core.payload_check == wire::PayloadCheck::none)
+    return make_error(errc::relaxed_ordering_refused,
+                      "relaxed ordering with payload check none: placement order is then up to the fabric, and the "
+                      "payload CRC is the only check that would see a record whose bytes have not all landed; keep "
+                      "payload_check crc32c");
   if (mode == wire::PublishMode::imm && recv_depth < 2 * kRecvRepostBatch)
     return make_error(errc::bad_config, "recv_depth " + std::to_string(recv_depth) + " below " +
                                             std::to_string(2 * kRecvRepostBatch));
@@ -234,6 +239,7 @@ control::RingGrant RingOwner::State::grant(const SessionRing& r, const SessionEn
   g.at = at;
   g.data_port = listener.local_port();
   g.lease = options.lease;
+  g.payload_check = options.core.payload_check;
   return g;
 }
 

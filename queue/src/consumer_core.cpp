@@ -90,7 +90,7 @@ Result<std::optional<DeliveredRecord>> ConsumerCore::next(Clock::time_point now)
   if (failure_) return *failure_;
   // Padding and records below deliver_from are consumed in place; the loop goes on to the next.
   while (head_ != published_) {
-    const RecordView r = read_record(ring_, geometry_, head_, published_);
+    const RecordView r = read_record(ring_, geometry_, head_, published_, config_.payload_check);
     const bool valid = (r.status == RecordView::Status::data || r.status == RecordView::Status::padding) &&
                        r.sequence == next_sequence_;
     if (!valid) {

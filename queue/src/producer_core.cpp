@@ -91,7 +91,8 @@ Result<void> ProducerCore::commit(std::optional<std::uint32_t> len) {
     return make_error(errc::record_too_large,
                       "commit(" + std::to_string(n) + ") exceeds the claim of " + std::to_string(claim_->len) + " B");
   const auto payload = staging_.subspan(peer_.geometry.offset(claim_->at) + wire::kRecordHeaderSize, n);
-  wire::encode(wire::RecordHeader{n, wire::RecordKind::data, next_sequence_, crc32c(payload)}, header_at(claim_->at));
+  const std::uint32_t crc = peer_.payload_check == wire::PayloadCheck::crc32c ? crc32c(payload) : 0;
+  wire::encode(wire::RecordHeader{n, wire::RecordKind::data, next_sequence_, crc}, header_at(claim_->at));
   ++next_sequence_;
   ++counters_.records;
   counters_.payload_bytes += n;

@@ -38,7 +38,7 @@ class LoopbackFabric {
         producer_config_(pc),
         table_(1, std::chrono::nanoseconds::zero()),
         session_(table_.attach(SessionTable::Clock::time_point{}).value()),
-        producer(std::in_place, staging_, PeerRing{mode, geometry_, {}}, pc),
+        producer(std::in_place, staging_, PeerRing{mode, geometry_, {}, cc.payload_check}, pc),
         consumer(ring_, geometry_, mode, ResumePoint{}, 0, cc) {
     if (relaxed && mode == wire::PublishMode::tail)
       throw std::invalid_argument("relaxed ordering with mode tail: the ring owner refuses it");
@@ -281,7 +281,8 @@ class LoopbackFabric {
   // A producer that lost its staging starts again, empty, at the grant.
   void producer_restart(const ResumePoint& at) {
     std::fill(staging_.begin(), staging_.end(), std::byte{0});
-    producer.emplace(staging_, PeerRing{consumer_mode(), geometry_, at}, producer_config_);
+    const wire::PayloadCheck check = producer->peer().payload_check;  // the ring's, as granted
+    producer.emplace(staging_, PeerRing{consumer_mode(), geometry_, at, check}, producer_config_);
     completions_.clear();
     credit_mr_ = {};  // a new process registers a new credit MR
     pending_connect_ = connect_request(at.epoch);

@@ -68,6 +68,16 @@ void stream(wire::PublishMode mode, std::uint64_t ring, std::uint32_t max, std::
   CHECK(f.producer->counters().padding_records > 0);  // and wrapped
 }
 
+// Sends one record, flips one bit of the ring at `at` after it is placed, publishes it and
+// reads: what the consumer makes of a record damaged in place.
+Result<std::optional<DeliveredRecord>> next_after_flip(LoopbackFabric& f, std::size_t at) {
+  REQUIRE(f.producer->send(payload_for(1, 100), Clock::now()));
+  f.flush();
+  f.ring()[at] ^= std::byte{1};
+  f.deliver_publishes();
+  return f.consumer.next(Clock::now());
+}
+
 }  // namespace
 
 TEST_CASE("records stream in order through a wrapping ring, imm mode", "[core]") {
@@ -205,11 +215,33 @@ TEST_CASE("tail mode: a late payload within the grace is delivered", "[core]") {
 
 TEST_CASE("imm mode: a corrupt record below the mark is a protocol violation", "[core]") {
   LoopbackFabric f(wire::PublishMode::imm, 4096, 1024);
-  REQUIRE(f.producer->send(payload_for(1, 100), Clock::now()));
-  f.flush();
-  f.ring()[30] ^= std::byte{1};
-  f.deliver_publishes();
-  auto r = f.consumer.next(Clock::now());
+  const auto r = next_after_flip(f, wire::kRecordHeaderSize + 6);
+  REQUIRE_FALSE(r);
+  CHECK(r.error() == errc::protocol_violation);
+}
+
+TEST_CASE("payload check none: payload_crc 0, the payload taken as placed", "[core]") {
+  ConsumerConfig unchecked;
+  unchecked.payload_check = wire::PayloadCheck::none;
+  for (const auto mode : {wire::PublishMode::imm, wire::PublishMode::tail}) {
+    LoopbackFabric f(mode, 4096, 1024, {}, unchecked);
+    const auto p = payload_for(1, 100);
+    REQUIRE(f.producer->send(p, Clock::now()));
+    f.flush();
+    const auto header = wire::decode_record_header(std::span<const std::byte>(f.ring()).first<wire::kRecordHeaderSize>());
+    REQUIRE(header);
+    CHECK(header->payload_crc == 0);
+    // What the check would have caught goes through: the trade the ring's owner chose.
+    f.ring()[30] ^= std::byte{1};
+    f.deliver_publishes();
+    auto r = f.consumer.next(Clock::now());
+    REQUIRE(r.value());
+    CHECK(r.value()->payload.size() == p.size());
+    CHECK(r.value()->payload[30 - wire::kRecordHeaderSize] != p[30 - wire::kRecordHeaderSize]);
+  }
+  // The header keeps its own check whatever the payload check.
+  LoopbackFabric f(wire::PublishMode::imm, 4096, 1024, {}, unchecked);
+  const auto r = next_after_flip(f, 9);
   REQUIRE_FALSE(r);
   CHECK(r.error() == errc::protocol_violation);
 }

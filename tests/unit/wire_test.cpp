@@ -132,6 +132,14 @@ TEST_CASE("ring owner options: relaxed ordering is refused with tail mode, allow
   CHECK_THAT(r.error().message(), Catch::Contains("tail record's write may land before the payload"));
   o.mode = wire::PublishMode::imm;
   CHECK(o.validate());
+  o.core.payload_check = wire::PayloadCheck::none;
+  r = o.validate();
+  REQUIRE_FALSE(r);
+  CHECK(r.error() == errc::relaxed_ordering_refused);
+  CHECK_THAT(r.error().message(), Catch::Contains("payload CRC is the only check"));
+  o.relaxed_ordering = false;
+  CHECK(o.validate());
+  o.core.payload_check = wire::PayloadCheck::crc32c;
   o.ring_bytes = 5000;
   CHECK(o.validate().error() == errc::bad_config);
   o.ring_bytes = 1 << 20;

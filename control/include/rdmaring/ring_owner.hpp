@@ -44,7 +44,8 @@ struct RingOwnerOptions {
   std::uint32_t max_record = 64 * 1024;
   wire::PublishMode mode = wire::PublishMode::imm;
   // Register rings with IBV_ACCESS_RELAXED_ORDERING: mode imm only, where the immediate's
-  // completion, not the order of placement, makes the bytes valid.
+  // completion, not the order of placement, makes the bytes valid; and only with
+  // core.payload_check crc32c.
   bool relaxed_ordering = false;
   // Register rings with On-Demand Paging; refused where the device has no ODP for RC WRITE.
   bool on_demand_paging = false;

@@ -27,6 +27,7 @@ namespace rdmaring {
 struct ConsumerConfig {
   std::uint32_t credit_fraction = 4;  // write credit back once ring/credit_fraction is released
   std::chrono::nanoseconds ordering_grace = std::chrono::seconds(1);
+  wire::PayloadCheck payload_check = wire::PayloadCheck::crc32c;  // granted to every producer of the ring
   std::uint32_t sq_depth = kDefaultSqDepth;
   std::uint32_t signal_interval = kDefaultSignalInterval;
 

@@ -57,6 +57,7 @@ struct PeerRing {
   wire::PublishMode mode = wire::PublishMode::imm;
   RingGeometry geometry;
   ResumePoint start;
+  wire::PayloadCheck payload_check = wire::PayloadCheck::crc32c;
 };
 
 // One work request for the adapter to post, in order, on the connection's RC QP.

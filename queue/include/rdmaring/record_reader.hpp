@@ -24,9 +24,10 @@ struct RecordView {
   std::span<const std::byte> payload;
 };
 
-// Reads the record at position `head`, where [head, published) is the published stretch.
+// Reads the record at position `head`, where [head, published) is the published stretch; with
+// PayloadCheck::none a data record's payload is taken unchecked.
 // Assumes ring.size() == geometry.bytes, head < published, both 64-byte aligned.
 RecordView read_record(std::span<const std::byte> ring, const RingGeometry& geometry, std::uint64_t head,
-                       std::uint64_t published) noexcept;
+                       std::uint64_t published, wire::PayloadCheck check = wire::PayloadCheck::crc32c) noexcept;
 
 }  // namespace rdmaring

@@ -34,8 +34,13 @@ struct RecordHeader {
   RecordKind kind = RecordKind::data;
   std::uint64_t sequence = 0;      // data: this record's per-producer sequence (from 0);
                                    // padding: the sequence of the data record that follows
-  std::uint32_t payload_crc = 0;   // CRC-32C of the payload bytes
+  std::uint32_t payload_crc = 0;   // CRC-32C of the payload bytes, or 0 (PayloadCheck::none)
 };
+
+// Whether a ring's data records carry and check payload_crc: a property of the ring, granted by
+// its owner (protocol-spec/wire-formats.md §2.5). `none` trusts the publish event for placement
+// and RC's ICRC for the wire, and saves a pass over every payload byte on each side.
+enum class PayloadCheck : std::uint8_t { crc32c = 0, none = 1 };
 // Layout: [0,4) payload_len, [4,6) kind, [6,8) reserved = 0, [8,16) sequence,
 //         [16,20) payload_crc, [20,24) header_crc = CRC-32C of bytes [0,20).
 
