@@ -22,7 +22,8 @@
 //                         --warmup round trips are not counted.
 // --json FILE writes the run's results (both roles' fields for `pair`) as one JSON object.
 // --metrics PREFIX writes each role's counters in the Prometheus text format to
-// PREFIX-owner.prom and PREFIX-producer.prom. The consumer prints a progress line a second on
+// PREFIX-owner.prom (once every record is delivered, before the producer detaches) and
+// PREFIX-producer.prom (after its detach). The consumer prints a progress line a second on
 // stderr (records, rate); -q silences it.
 // --payload-check none: the ring's records carry no payload CRC (RingOwnerOptions::core.payload_check):
 // neither side makes its pass over the payload bytes.
@@ -371,14 +372,15 @@ int run_consumer(const Options& o) {
       return 1;
     }
   }
-  // Taken while the session still holds its ring: detaching frees it.
+  // Taken while the session still holds its ring (detaching frees it), so that the metrics show
+  // its registrations and its ledger.
   const auto flowing = consumer->stats();
   const std::string memory = memory_fields(flowing.device, flowing.registered);
+  if (!o.metrics.empty()) write_text(o.metrics + "-owner.prom", consumer->metrics());
   // Keep answering credit requests until the producer has drained and detached.
   while (consumer->session_count() > 0 && Clock::now() < deadline) must(consumer->poll([](const Delivery&) {}, 64), "poll");
   const auto s = consumer->stats();
   const ConsumerCounters& core = s.rings;
-  if (!o.metrics.empty()) write_text(o.metrics + "-owner.prom", consumer->metrics());
   std::ostringstream line;
   line << "consumer records=" << expect << " bad=" << bad << " bytes=" << bytes
             << " seconds=" << Seconds(last - first).count() << " publishes=" << core.publishes

@@ -1,6 +1,7 @@
 #include "rdmaring/metrics_text.hpp"
 
-#include <sstream>
+#include <array>
+#include <charconv>
 
 namespace rdmaring {
 namespace {
@@ -43,9 +44,11 @@ void MetricsText::counter(const std::string& name, const std::string& help, std:
 }
 
 void MetricsText::gauge(const std::string& name, const std::string& help, double value, const Labels& labels) {
-  std::ostringstream v;
-  v << value;
-  sample(name, help, "gauge", v.str(), labels);
+  // The shortest text that reads back as the same double: byte gauges stay exact integers
+  // (an ostream's 6 digits would print a 1 MiB ring as 1.04858e+06).
+  std::array<char, 32> buf;
+  const auto end = std::to_chars(buf.data(), buf.data() + buf.size(), value).ptr;
+  sample(name, help, "gauge", std::string(buf.data(), end), labels);
 }
 
 void MetricsText::counters(const std::string& name, const std::string& help,

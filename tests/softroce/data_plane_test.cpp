@@ -11,7 +11,10 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <future>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -133,6 +136,38 @@ TEST_CASE("payload check none: records go through unchecked by the queue, verifi
     CHECK(num(run.consumer, "records") == 100000);
     CHECK(num(run.consumer, "bad") == 0);  // every byte compared by rdmaring-bench itself
   }
+}
+
+TEST_CASE("metrics: both sides' Prometheus text agrees with the run", "[softroce][data]") {
+  char dir[] = "/tmp/rdmaring-metrics-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string prefix = std::string(dir) + "/run";
+  const Run run = bench_pair("--mode imm --records 20000 --ring 262144 --metrics " + prefix + " --timeout 200");
+  INFO(run.output);
+  REQUIRE(run.status == 0);
+  auto read = [](const std::string& path) {
+    std::ifstream f(path);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string owner = read(prefix + "-owner.prom"), producer = read(prefix + "-producer.prom");
+  std::filesystem::remove_all(dir);
+  INFO(owner << "\n" << producer);
+  // Every sample's family was announced before it.
+  for (const std::string* text : {&owner, &producer}) {
+    std::istringstream lines(*text);
+    std::set<std::string> typed;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("# TYPE ", 0) == 0) typed.insert(line.substr(7, line.find(' ', 7) - 7));
+      else if (line[0] != '#') CHECK(typed.count(line.substr(0, line.find_first_of("{ "))) == 1);
+    }
+  }
+  const std::string device = run.consumer.at("device");
+  CHECK_THAT(owner, Catch::Contains("rdmaring_owner_records_total 20000\n"));
+  CHECK_THAT(owner, Catch::Contains("rdmaring_owner_registered_bytes{device=\"" + device + "\"} 262144\n"));
+  CHECK_THAT(owner, Catch::Contains("rdmaring_session_ring_bytes{session="));
+  CHECK_THAT(producer, Catch::Contains("rdmaring_producer_records_total 20000\n"));
+  CHECK_THAT(producer, Catch::Contains("rdmaring_producer_registered_regions{device=\"" + device + "\"} 2\n"));
+  CHECK_THAT(producer, Catch::Contains("rdmaring_producer_post_send_calls_total " + run.producer.at("post_send_calls") + "\n"));
 }
 
 TEST_CASE("relaxed ordering with tail mode is refused, saying why", "[softroce][data]") {

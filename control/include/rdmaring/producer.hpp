@@ -85,6 +85,9 @@ class Producer {
   // send(), retried with progress() until it fits or `timeout` passes (errc::timed_out).
   Result<void> send(std::span<const std::byte> payload, std::chrono::nanoseconds timeout);
   // Zero-copy: fill the returned span, then commit() (optionally fewer bytes) or abort().
+  // commit() posts when a coalescing threshold is reached, judging the delay by the clock
+  // reading claim() took: a record whose delay ran out while it was being built goes out at the
+  // next call (progress(), flush(), the next record's commit).
   Result<std::span<std::byte>> claim(std::uint32_t len);
   Result<void> commit(std::optional<std::uint32_t> len = std::nullopt);
   void abort() noexcept;
