@@ -260,7 +260,8 @@ Result<void> Producer::progress() {
   }
   // Async events cost a system call to look for: every so many calls is soon enough for what
   // completions do not report (a QP gone fatal while nothing is posted).
-  if (++c_->progress_calls % kAsyncEventInterval == 0) {
+  // pending(): another reader of this process's device context queued events for this one.
+  if (++c_->progress_calls % kAsyncEventInterval == 0 || c_->async->pending()) {
     BOOST_OUTCOME_TRYV(c_->async->drain([&](const verbs::AsyncEvent& e) {
       if (e.qp_dead() && e.qp_num == qp_num)
         core.on_post_error(make_error(errc::completion_error, std::string("async event ") +

@@ -142,6 +142,8 @@ struct RingOwner::State {
   void drain_cm_events();
   kj::Promise<void> watch_cm();
   kj::Promise<void> watch_async();
+  // Under `m`: every async event queued for this owner; a dead QP breaks its session's link.
+  void take_async_events();
   kj::Promise<void> accept_control();
   kj::Promise<void> expire_leases(kj::Timer& timer);
 };
@@ -319,6 +321,8 @@ Result<void> RingOwner::State::return_credit(SessionRing& r) {
 Result<std::size_t> RingOwner::poll(const Handler& handler, std::size_t max) {
   State& s = *s_;
   std::lock_guard lock(s.m);
+  // Events a producer of this process read off the shared descriptor wake no observer here.
+  if (s.async->pending()) s.take_async_events();
   BOOST_OUTCOME_TRYV(s.take_completions());
   // The clock only when something was published: an idle consumer polls in a tight loop, and
   // under emulation a clock read costs more than the rest of an empty poll.
@@ -482,14 +486,18 @@ kj::Promise<void> RingOwner::State::watch_cm() {
 }
 
 // A QP gone fatal with nothing posted on it reports no completion: only its async event tells.
+void RingOwner::State::take_async_events() {
+  (void)async->drain([this](const verbs::AsyncEvent& e) {
+    if (!e.qp_dead()) return;
+    if (const auto it = by_qp.find(e.qp_num); it != by_qp.end()) break_link(*it->second);
+  });
+}
+
 kj::Promise<void> RingOwner::State::watch_async() {
   return async_observer->whenBecomesReadable().then([this] {
     {
       std::lock_guard lock(m);
-      (void)async->drain([this](const verbs::AsyncEvent& e) {
-        if (!e.qp_dead()) return;
-        if (const auto it = by_qp.find(e.qp_num); it != by_qp.end()) break_link(*it->second);
-      });
+      take_async_events();
     }
     return watch_async();
   });

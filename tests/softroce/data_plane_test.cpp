@@ -3,6 +3,7 @@
 // refuses what its options forbid up front, and a ring the owner cannot register at a
 // producer's attach (ODP, RLIMIT_MEMLOCK) is a refused attach that says why.
 #include <catch2/catch.hpp>
+#include <infiniband/verbs.h>
 
 #include <linux/capability.h>
 #include <sys/resource.h>
@@ -19,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "device_address.hpp"
@@ -168,6 +170,63 @@ TEST_CASE("metrics: both sides' Prometheus text agrees with the run", "[softroce
   CHECK_THAT(producer, Catch::Contains("rdmaring_producer_records_total 20000\n"));
   CHECK_THAT(producer, Catch::Contains("rdmaring_producer_registered_regions{device=\"" + device + "\"} 2\n"));
   CHECK_THAT(producer, Catch::Contains("rdmaring_producer_post_send_calls_total " + run.producer.at("post_send_calls") + "\n"));
+}
+
+TEST_CASE("a port that goes down and up: both sides take, acknowledge and count its async events", "[softroce][data]") {
+  // Taking the device's netdev down is harmless only in the guest, where nothing else uses it.
+  if (const char* g = std::getenv("RDMARING_GUEST"); g == nullptr || std::string(g) != "1") {
+    WARN("not in the Soft-RoCE guest (RDMARING_GUEST=1): the port is not taken down");
+    return;
+  }
+  RingOwnerOptions oo;
+  oo.address = device_address();
+  const auto owner = RingOwner::start(oo);
+  ProducerOptions po;
+  po.address = oo.address;
+  po.control_port = owner->control_port();
+  Producer producer = Producer::attach(po);
+  const std::string device = owner->stats().device;
+  std::ifstream ndev("/sys/class/infiniband/" + device + "/ports/1/gid_attrs/ndevs/0");
+  std::string netdev;
+  REQUIRE(ndev >> netdev);
+  const std::string port_error = ibv_event_type_str(IBV_EVENT_PORT_ERR);
+  const std::string port_active = ibv_event_type_str(IBV_EVENT_PORT_ACTIVE);
+
+  REQUIRE(std::system(("ip link set dev " + netdev + " down").c_str()) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  REQUIRE(std::system(("ip link set dev " + netdev + " up").c_str()) == 0);
+
+  // The owner takes them on its control thread; the producer every so many progress() calls.
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  auto seen = [&](const std::map<std::string, std::uint64_t>& events) {
+    return events.count(port_error) == 1 && events.count(port_active) == 1;
+  };
+  while (!(seen(owner->stats().async_events) && seen(producer.stats().async_events)) && Clock::now() < deadline) {
+    REQUIRE(producer.progress());
+    REQUIRE(owner->poll([](const Delivery&) {}, 16));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  INFO("owner: " << owner->metrics() << "\nproducer: " << producer.metrics());
+  CHECK(seen(owner->stats().async_events));
+  CHECK(seen(producer.stats().async_events));
+  CHECK_THAT(owner->metrics(), Catch::Contains("rdmaring_owner_async_events_total{type=\"" + port_active + "\"} 1"));
+
+  // A port event kills no QP: the same connection carries records on.
+  std::uint64_t delivered = 0;
+  const std::vector<std::byte> record(100, std::byte{1});
+  for (int i = 0; i < 1000;) {
+    if (producer.send(record)) ++i;
+    REQUIRE(owner->poll([&](const Delivery&) { ++delivered; }, 64));
+    REQUIRE(Clock::now() < deadline);
+  }
+  REQUIRE(producer.flush());
+  while (delivered < 1000 && Clock::now() < deadline) {
+    REQUIRE(producer.progress());
+    REQUIRE(owner->poll([&](const Delivery&) { ++delivered; }, 64));
+  }
+  CHECK(delivered == 1000);
+  CHECK(producer.stats().recoveries == 0);
+  CHECK(owner->stats().error_completions == 0);
 }
 
 TEST_CASE("relaxed ordering with tail mode is refused, saying why", "[softroce][data]") {
