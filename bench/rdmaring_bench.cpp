@@ -337,8 +337,7 @@ int run_consumer(const Options& o) {
   Clock::time_point first{}, last{};
   auto next_progress = Clock::now() + Seconds(1);
   std::uint64_t at_last_progress = 0;
-  // Built once: a std::function made from the lambda at every poll would allocate each time.
-  const RingOwner::Handler check = [&](const Delivery& r) {
+  const auto check = [&](const Delivery& r) {
     const std::uint32_t len = size_of(o, expect);
     fill(o, expect, std::span(want).first(len));
     if (r.sequence != expect || r.payload.size() != len ||

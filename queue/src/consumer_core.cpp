@@ -141,6 +141,22 @@ Result<void> ConsumerCore::release(std::uint64_t end) {
   return success();
 }
 
+void ConsumerCore::unread(std::uint64_t start, std::uint64_t sequence) noexcept {
+  // Counted again when delivered again: `records` counts what the application took.
+  for (std::uint64_t pos = start; pos < delivered_;) {
+    const auto header = wire::decode_record_header(ring_.subspan(geometry_.offset(pos)).first<wire::kRecordHeaderSize>());
+    if (!header) break;
+    if (header->kind == wire::RecordKind::data && header->sequence >= deliver_from_) {
+      --counters_.records;
+      counters_.payload_bytes -= header->payload_len;
+    }
+    pos += wire::record_span(header->payload_len);
+  }
+  head_ = delivered_ = start;
+  next_sequence_ = sequence;
+  invalid_since_.reset();
+}
+
 Result<ResumePoint> ConsumerCore::begin_epoch(std::uint64_t epoch) {
   if (epoch <= epoch_)
     return make_error(errc::stale_epoch, "epoch " + std::to_string(epoch) + " is not newer than " + std::to_string(epoch_));

@@ -3,10 +3,16 @@
 // QPs by rdma_cm for their session's current epoch only, owns one registered ring per session,
 // and delivers every session's records to the application, fairly, from poll().
 //
-// Threads: a control thread (started here) runs the control channel, rdma_cm events and
-// leases; the application calls poll() from one thread of its own. They share the sessions under
-// one mutex, taken once per poll() and per control event. Set-up throws SetupError; poll()
-// returns Result.
+// The protocol decisions (sessions, fencing, leases, credit, fairness) are OwnerCore's
+// (queue/include/rdmaring/owner_core.hpp); this class executes them on verbs.
+//
+// Threads: a control thread (started here, named "rdmaring-owner") runs the control channel,
+// rdma_cm events and leases; the application calls poll() from one thread of its own. They share
+// the sessions under one lock, which is never held while the application's code runs: handlers,
+// on_session, restore and on_session_closed may call any const member (stats(), metrics(),
+// ledger_dump(), session_count()). Rings are allocated and registered outside the lock, so an
+// attach or resume of a large ring does not stall the other sessions' deliveries. Set-up throws
+// SetupError; poll() returns Result.
 #pragma once
 
 #include <chrono>
@@ -17,24 +23,16 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "rdmaring/consumer_core.hpp"
 #include "rdmaring/error.hpp"
+#include "rdmaring/owner_core.hpp"
 #include "rdmaring/session_table.hpp"
 #include "rdmaring/verbs/mr.hpp"
 
 namespace rdmaring {
-
-// What an application keeps, durably, so that exactly-once delivery survives a restart of the
-// owner: per session, its id and secret (given to on_session) and the sequence after the last
-// record it has durably processed. Without it, a restarted owner knows no session: producers get
-// unknown_session, attach again and re-send what was not released, so delivery across an owner
-// restart is at-least-once.
-struct DurableSession {
-  SessionSecret secret{};
-  std::uint64_t next_sequence = 0;  // records below this were delivered and must not be again
-};
 
 struct RingOwnerOptions {
   std::string address;             // local address for both the control channel and rdma_cm
@@ -65,15 +63,13 @@ struct RingOwnerOptions {
   // Called on the control thread for a resume of a session this owner does not know (after its
   // restart): the application's durable record of it, or nullopt.
   std::function<std::optional<DurableSession>(SessionId)> restore;
+  // Called when a session ends, for whatever reason, so the application can drop its durable
+  // record (a detach, an expired lease, a protocol violation: `message` says which rule). On the
+  // thread that ended it (the control thread, or the one calling poll()), without the lock.
+  std::function<void(SessionId, CloseReason, const std::string& message)> on_session_closed;
 
   // errc::bad_config / relaxed_ordering_refused with the reason.
   Result<void> validate() const;
-};
-
-struct Delivery {
-  SessionId session = 0;
-  std::span<const std::byte> payload;  // in the session's ring: valid until the handler returns
-  std::uint64_t sequence = 0;          // per session, from 0, without gaps
 };
 
 struct SessionStats {
@@ -91,6 +87,7 @@ struct RingOwnerStats {
   std::uint64_t control_calls = 0;
   std::uint64_t control_task_failures = 0;  // control-thread tasks (listener, rdma_cm, leases) that failed
   std::uint64_t restore_gaps = 0;        // restores where the producer no longer held every unprocessed record
+  std::uint64_t handler_aborts = 0;      // polls that gave records back (abort, or a handler that threw)
   std::uint64_t connect_refused = 0;     // connect requests refused (any reason in `sessions`)
   std::uint64_t sessions_failed = 0;     // closed because their producer broke the protocol
   std::uint64_t recv_completions = 0;
@@ -98,6 +95,7 @@ struct RingOwnerStats {
   std::uint64_t credit_posts = 0;
   std::uint64_t stale_completions = 0;   // completions of a QP that is gone
   std::uint64_t error_completions = 0;   // each marks its session's connection broken
+  std::uint64_t credit_post_failures = 0;  // each marks its session's connection broken
   ConsumerCounters rings;  // summed over every ring, closed ones included
   std::map<std::string, std::uint64_t> completion_errors;  // by ibv_wc_status_str
   std::map<std::string, std::uint64_t> async_events;       // by ibv_event_type_str, every one acknowledged
@@ -118,15 +116,20 @@ class RingOwner {
   std::uint16_t control_port() const;
   std::uint16_t data_port() const;
 
-  using Handler = std::function<void(const Delivery&)>;
   // Delivers up to `max` records from all sessions, in order within each, taking sessions in
-  // turn (deficit round robin by ring space). A record is released (its space goes back to its
-  // producer) after its handler returned, at the end of its session's turn: an application that
-  // keeps DurableSession records makes each sequence durable before the handler returns.
-  // Returns how many. A session whose producer breaks the protocol is closed (counted,
-  // RingOwnerStats::last_session_failure) and the others go on. Errors: verbs_failure of the
-  // shared completion or receive queue.
-  Result<std::size_t> poll(const Handler& handler, std::size_t max);
+  // turn (deficit round robin by ring space). `handler` is called as handler(const Delivery&) and
+  // returns void (consume) or a HandlerAction, without any lock of the owner's held. A record is
+  // released (its space goes back to its producer) after its handler returned; an application
+  // that keeps DurableSession records makes each sequence durable before the handler returns.
+  //   - abort: that record and the rest of this poll's are delivered again by the next poll.
+  //   - a handler that throws: the same as abort for its record, then the exception propagates
+  //     out of poll(); the records handled before it are released.
+  // Returns how many records were handled. A session whose producer breaks the protocol, or
+  // whose connection fails, is closed or broken alone (RingOwnerStats); the others go on.
+  // Errors: verbs_failure of the shared completion or receive queue (owner-wide);
+  // invalid_argument for a poll() from inside a handler or from a second thread.
+  template <class Handler>
+  Result<std::size_t> poll(Handler&& handler, std::size_t max);
 
   std::size_t session_count() const;
   RingOwnerStats stats() const;
@@ -142,7 +145,36 @@ class RingOwner {
 
  private:
   explicit RingOwner(std::unique_ptr<State> s) noexcept;
+  // poll() in two halves around the handlers: records taken (and pinned), then the first
+  // `handled` released and the rest given back.
+  Result<std::span<const TakenRecord>> begin_poll(std::size_t max);
+  std::size_t end_poll(std::size_t handled) noexcept;
+
   std::unique_ptr<State> s_;
 };
+
+template <class Handler>
+Result<std::size_t> RingOwner::poll(Handler&& handler, std::size_t max) {
+  BOOST_OUTCOME_TRY(batch, begin_poll(max));
+  std::size_t handled = 0;
+  try {
+    for (const TakenRecord& taken : batch) {
+      const Delivery& d = taken.delivery;
+      if constexpr (std::is_void_v<std::invoke_result_t<Handler&, const Delivery&>>) {
+        handler(d);
+        ++handled;
+      } else {
+        const HandlerAction action = handler(d);
+        if (action == HandlerAction::abort) break;
+        ++handled;
+        if (action == HandlerAction::stop) break;
+      }
+    }
+  } catch (...) {
+    end_poll(handled);
+    throw;
+  }
+  return end_poll(handled);
+}
 
 }  // namespace rdmaring

@@ -83,6 +83,12 @@ class ConsumerCore {
   // invalid_argument when `end` is not the end of a record delivered since the last release.
   Result<void> release(std::uint64_t end);
 
+  // Gives back the delivered records from `start` on (the position of one's header, and its
+  // sequence): they are not released and next() returns them again, in order. For an
+  // application that could not handle them now (it aborted, or its handler threw). Assumes they
+  // were delivered since the last release.
+  void unread(std::uint64_t start, std::uint64_t sequence) noexcept;
+
   // A new connection for this ring, in epoch `epoch` (newer than the current one). Whatever was
   // published but not yet read is forgotten: the producer sends it again from the returned point,
   // so nothing is delivered twice. Records being consumed stay so until released. Clears a

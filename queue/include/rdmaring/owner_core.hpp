@@ -1,0 +1,234 @@
+// The ring owner's protocol, sans I/O: the session table, one consumer core per session, links
+// (which epoch's QP is admitted, established, dead), fencing, leases, credit decisions and fair
+// delivery (deficit round robin). Events go in (a control request, a connect request, an
+// immediate, a tail record read, a completion, a clock tick); what the transport must do comes
+// out (zero these ring bytes, post this credit, tear this session down). RingOwner executes it
+// on verbs; the test fabric executes it on plain memory, so both run this code and nothing else.
+//
+// Isolation: everything that belongs to one session (its protocol violations, its link's
+// failures) changes that session only. Nothing here calls back into the caller: a session ended
+// while a batch of events is being fed is reported by take_closed(), after the batch, so an
+// adapter never tears a QP down in the middle of dispatching its completion queue.
+//
+// Single-threaded: the adapter serialises calls (RingOwner holds its lock around each one and
+// never while the application's handler runs).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "rdmaring/consumer_core.hpp"
+#include "rdmaring/error.hpp"
+#include "rdmaring/session_table.hpp"
+
+namespace rdmaring {
+
+struct OwnerConfig {
+  std::uint64_t ring_bytes = 1 << 20;  // per session
+  std::uint32_t max_record = 64 * 1024;
+  wire::PublishMode mode = wire::PublishMode::imm;
+  std::uint32_t max_sessions = 64;
+  // A session that neither publishes nor heartbeats for this long is closed. Zero: never.
+  std::chrono::nanoseconds lease = std::chrono::seconds(30);
+  // Deficit round robin: payload bytes a session may deliver per turn (at least one record).
+  std::uint32_t quantum_bytes = 64 * 1024;
+  ConsumerConfig core;
+
+  Result<void> validate() const;
+};
+
+// What an application keeps, durably, so that exactly-once delivery survives a restart of the
+// owner: per session, its secret (given to on_session) and the sequence after the last record it
+// has durably processed.
+struct DurableSession {
+  SessionSecret secret{};
+  std::uint64_t next_sequence = 0;  // records below this were delivered and must not be again
+};
+
+enum class CloseReason {
+  detached,            // the producer said goodbye
+  lease_expired,       // no publish or heartbeat for a lease
+  protocol_violation,  // the producer broke the protocol
+  ring_failure,        // the ring could not be made or registered again
+  owner_stopped,       // the owner was destroyed
+};
+const char* to_string(CloseReason r) noexcept;
+
+struct ClosedSession {
+  SessionId session = 0;
+  CloseReason reason = CloseReason::detached;
+  std::string message;
+};
+
+// Ring offsets [offset, offset + length).
+struct ByteRange {
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+};
+
+// A resume admitted: the epoch is fenced. The adapter must, in this order: drop the session's QP
+// and discard its completions (done by the time resume() returns: see there), zero `zero` and
+// register the ring again (new rkeys), then call fence_done(). Until then no QP is admitted for
+// the session, so nothing can write the bytes being zeroed.
+struct Fence {
+  ResumePoint at;                  // where the producer continues: the grant's resume point
+  std::array<ByteRange, 2> zero{};  // the unread ring, from the read head to the producer's limit
+};
+
+struct CreditPost {
+  SessionId session = 0;
+  CreditWrite write;
+};
+
+// A record as the application's handler sees it.
+struct Delivery {
+  SessionId session = 0;
+  std::span<const std::byte> payload;  // in the session's ring: valid until the handler returns
+  std::uint64_t sequence = 0;          // per session, from 0, without gaps
+};
+
+// What a handler may answer (Aeron's controlled poll): back-pressure from the application.
+enum class HandlerAction {
+  consume,  // the record is handled; go on
+  abort,    // the record is NOT handled: it and everything after it in this poll are delivered
+            // again, in order, by the next poll
+  stop,     // the record is handled; end this poll after it (Aeron's BREAK)
+};
+
+// A record being consumed, with where it ends (what finish_deliveries releases).
+struct TakenRecord {
+  Delivery delivery;
+  std::uint64_t end = 0;
+};
+
+struct OwnerCounters {
+  std::uint64_t sessions_failed = 0;    // closed because their producer broke the protocol
+  std::uint64_t connect_refused = 0;    // connect requests refused (any reason in the table's counters)
+  std::uint64_t restore_gaps = 0;       // restores where the producer no longer held every unprocessed record
+  std::uint64_t error_completions = 0;  // each marks its session's link broken
+  std::uint64_t credit_posts = 0;
+  std::uint64_t handler_aborts = 0;     // records the application left for the next poll
+  ConsumerCounters closed_rings;        // summed over the rings of closed sessions
+  std::string last_session_failure;
+};
+
+class OwnerCore {
+ public:
+  using Clock = SessionTable::Clock;
+
+  // Assumes `config` validated.
+  explicit OwnerCore(const OwnerConfig& config);
+
+  // ---- the control channel ----------------------------------------------------------------
+
+  // Whether an attach could be admitted now: checked before the adapter allocates a ring, so a
+  // full owner allocates nothing. Errors: no_capacity.
+  Result<void> can_attach() const;
+  // A new session in epoch 1 over `ring` (ring_bytes of zeroes, kept by the adapter until the
+  // session is closed). Errors: no_capacity.
+  Result<SessionEntry> attach(std::span<const std::byte> ring, Clock::time_point now);
+  // A resume of a known session: fences the caller's epoch and begins the next. The session's
+  // link is gone when this returns: the adapter drops its QP and drains its completions before
+  // it feeds any other event (RingOwner does both under the same lock). Errors: unknown_session,
+  // bad_proof, stale_epoch.
+  Result<Fence> resume(const Credentials& who, Clock::time_point now);
+  // The fence's zeroing and re-registration are done: connect requests are admitted again.
+  void fence_done(SessionId id) noexcept;
+  // A resume of a session this owner does not know, which the application vouches for after an
+  // owner restart (`durable`), over a new `ring`. `released`/`first` are what the producer still
+  // holds (restarted: from durable.next_sequence, nothing released). A gap between the two is
+  // counted and reported, not refused. Errors: bad_proof, no_capacity, invalid_argument.
+  Result<ResumePoint> restore(const Credentials& who, const DurableSession& durable, bool restarted,
+                              std::uint64_t released, std::uint64_t first, std::span<const std::byte> ring,
+                              Clock::time_point now);
+  Result<void> heartbeat(const Credentials& who, Clock::time_point now);
+  // Ends the session (reported by take_closed). Errors: as the table's detach.
+  Result<void> detach(const Credentials& who);
+  // Leases that ran out end their sessions (reported by take_closed).
+  void tick(Clock::time_point now);
+  // The owner ends a session on its own account (its ring could not be registered again).
+  void close(SessionId id, CloseReason reason, std::string message);
+
+  // ---- links --------------------------------------------------------------------------------
+
+  // A QP's connect request: admitted only for the current epoch of a session that has no QP and
+  // is not being fenced. On success any earlier link of the session is replaced: the adapter
+  // drops its QP. Errors: as the table's admit_connect.
+  Result<void> admit_connect(const wire::ConnectData& request, Clock::time_point now);
+  // The admitted QP could not be made: the session has no link again.
+  void connect_failed(SessionId id) noexcept;
+  void on_established(SessionId id) noexcept;
+  // The link died (error completion, disconnect, QP fatal, a failed post): what is published
+  // stays deliverable and the producer may resume.
+  void on_link_broken(SessionId id) noexcept;
+
+  // ---- the data path --------------------------------------------------------------------------
+
+  void on_immediate(SessionId id, std::uint32_t imm);
+  void on_tail(SessionId id, std::span<const std::byte, wire::kTailRecordSize> bytes);
+  void on_credit_completion(SessionId id, std::uint64_t wr_id);
+  void on_error_completion(SessionId id);
+  // Whether take_deliveries needs the clock: some session has unread records or moved its
+  // publish mark since the last call (an idle owner reads no clock).
+  bool wants_clock() const noexcept;
+  // Appends up to `max` records to `out`, sessions taken in turn (deficit round robin by ring
+  // space), records in order within each. They are being consumed until finish_deliveries.
+  void take_deliveries(std::size_t max, Clock::time_point now, std::vector<TakenRecord>& out);
+  // The application handled the first `handled` records of `taken`; the rest go back and are
+  // taken again, in the same order, by the next take_deliveries. Releases what was handled.
+  void finish_deliveries(std::span<const TakenRecord> taken, std::size_t handled);
+  // Credit write-backs due on live, established links.
+  void take_credits(std::vector<CreditPost>& out);
+
+  // Sessions ended since the last call: the adapter tears down their QPs and rings.
+  std::vector<ClosedSession> take_closed();
+
+  // ---- what is visible ------------------------------------------------------------------------
+
+  const SessionTable& table() const noexcept { return table_; }
+  const OwnerCounters& counters() const noexcept { return counters_; }
+  const ConsumerCore* consumer(SessionId id) const noexcept;
+  std::size_t ring_count() const noexcept { return sessions_.size(); }
+  std::vector<SessionId> session_ids() const;
+  // Whether the session has an admitted QP that is neither dead nor replaced.
+  bool link_live(SessionId id) const noexcept;
+
+ private:
+  struct Link {
+    std::uint64_t epoch = 0;
+    bool established = false;
+    bool dead = false;
+  };
+  struct Session {
+    ConsumerCore core;
+    std::optional<Link> link;
+    bool fencing = false;
+    std::uint64_t publishes_seen = 0;
+    std::int64_t deficit = 0;
+  };
+
+  Session* find(SessionId id) noexcept;
+  Session& add(SessionId id, std::span<const std::byte> ring, const ResumePoint& start, std::uint64_t deliver_from);
+  void fail(SessionId id, const Error& e);
+  void end(SessionId id, CloseReason reason, std::string message);
+  void break_link(SessionId id, Session& s) noexcept;
+
+  OwnerConfig config_;
+  RingGeometry geometry_;
+  SessionTable table_;
+  std::map<SessionId, Session> sessions_;
+  SessionId last_served_ = 0;  // round robin: the next turn starts after this session
+  std::vector<ClosedSession> closed_;
+  std::vector<SessionId> turn_scratch_;
+  std::vector<std::pair<SessionId, bool>> mark_scratch_;
+  OwnerCounters counters_;
+};
+
+}  // namespace rdmaring

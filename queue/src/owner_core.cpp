@@ -1,0 +1,334 @@
+#include "rdmaring/owner_core.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace rdmaring {
+
+Result<void> OwnerConfig::validate() const {
+  BOOST_OUTCOME_TRYV(RingGeometry::make(ring_bytes, max_record));
+  BOOST_OUTCOME_TRYV(core.validate());
+  if (max_sessions == 0) return make_error(errc::bad_config, "max_sessions 0");
+  if (quantum_bytes == 0) return make_error(errc::bad_config, "quantum_bytes 0");
+  if (lease.count() < 0) return make_error(errc::bad_config, "negative lease");
+  return success();
+}
+
+const char* to_string(CloseReason r) noexcept {
+  switch (r) {
+    case CloseReason::detached: return "detached";
+    case CloseReason::lease_expired: return "lease_expired";
+    case CloseReason::protocol_violation: return "protocol_violation";
+    case CloseReason::ring_failure: return "ring_failure";
+    case CloseReason::owner_stopped: return "owner_stopped";
+  }
+  return "unknown";
+}
+
+OwnerCore::OwnerCore(const OwnerConfig& config)
+    : config_(config),
+      geometry_(RingGeometry::make(config.ring_bytes, config.max_record).value()),
+      table_(config.max_sessions, config.lease) {}
+
+OwnerCore::Session* OwnerCore::find(SessionId id) noexcept {
+  const auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : &it->second;
+}
+
+const ConsumerCore* OwnerCore::consumer(SessionId id) const noexcept {
+  const auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : &it->second.core;
+}
+
+std::vector<SessionId> OwnerCore::session_ids() const {
+  std::vector<SessionId> ids;
+  ids.reserve(sessions_.size());
+  for (const auto& [id, s] : sessions_) ids.push_back(id);
+  return ids;
+}
+
+bool OwnerCore::link_live(SessionId id) const noexcept {
+  const auto it = sessions_.find(id);
+  return it != sessions_.end() && it->second.link && !it->second.link->dead;
+}
+
+OwnerCore::Session& OwnerCore::add(SessionId id, std::span<const std::byte> ring, const ResumePoint& start,
+                                   std::uint64_t deliver_from) {
+  return sessions_
+      .try_emplace(id, Session{ConsumerCore(ring, geometry_, config_.mode, start, deliver_from, config_.core)})
+      .first->second;
+}
+
+void OwnerCore::end(SessionId id, CloseReason reason, std::string message) {
+  const auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  counters_.closed_rings += it->second.core.counters();
+  sessions_.erase(it);
+  closed_.push_back(ClosedSession{id, reason, std::move(message)});
+}
+
+// The producer broke the protocol: its session ends (the adapter revokes the rkey with the MR);
+// the others go on.
+void OwnerCore::fail(SessionId id, const Error& e) {
+  ++counters_.sessions_failed;
+  counters_.last_session_failure = "session " + std::to_string(id) + ": " + e.message();
+  table_.remove(id);
+  end(id, CloseReason::protocol_violation, e.message());
+}
+
+void OwnerCore::close(SessionId id, CloseReason reason, std::string message) {
+  table_.remove(id);
+  end(id, reason, std::move(message));
+}
+
+std::vector<ClosedSession> OwnerCore::take_closed() { return std::exchange(closed_, {}); }
+
+// ---- the control channel ------------------------------------------------------------------------
+
+Result<void> OwnerCore::can_attach() const {
+  if (table_.size() >= config_.max_sessions)
+    return make_error(errc::no_capacity, "the owner serves " + std::to_string(table_.size()) + " sessions, its maximum");
+  return success();
+}
+
+Result<SessionEntry> OwnerCore::attach(std::span<const std::byte> ring, Clock::time_point now) {
+  BOOST_OUTCOME_TRY(entry, table_.attach(now));
+  add(entry.id, ring, ResumePoint{}, 0);
+  return entry;
+}
+
+Result<Fence> OwnerCore::resume(const Credentials& who, Clock::time_point now) {
+  BOOST_OUTCOME_TRY(epoch, table_.resume(who, now));
+  Session* s = find(who.session);
+  if (!s) return make_error(errc::unknown_session, "session " + std::to_string(who.session) + " has no ring");
+  BOOST_OUTCOME_TRY(at, s->core.begin_epoch(epoch));
+  s->link.reset();
+  s->fencing = true;
+  // What the next epoch's producer may write again, from the read head to its limit: zeroed, so
+  // that an old copy left there can never pass the checks in place of the new one
+  // (protocol-spec/model, run 8). Records being consumed lie below the head and are kept.
+  const ConsumerLedger l = s->core.ledger();
+  Fence f{at, {}};
+  const std::uint64_t length = l.released + geometry_.bytes - l.head;
+  const std::uint64_t offset = geometry_.offset(l.head);
+  const std::uint64_t first = std::min(length, geometry_.bytes - offset);
+  f.zero[0] = ByteRange{offset, first};
+  f.zero[1] = ByteRange{0, length - first};
+  return f;
+}
+
+void OwnerCore::fence_done(SessionId id) noexcept {
+  if (Session* s = find(id)) s->fencing = false;
+}
+
+Result<ResumePoint> OwnerCore::restore(const Credentials& who, const DurableSession& durable, bool restarted,
+                                       std::uint64_t released, std::uint64_t first, std::span<const std::byte> ring,
+                                       Clock::time_point now) {
+  // A restarted producer holds nothing released and starts from the application's durable point.
+  if (restarted) {
+    released = 0;
+    first = durable.next_sequence;
+  }
+  if (released % wire::kRecordAlign != 0)
+    return make_error(errc::invalid_argument,
+                      "resume: released " + std::to_string(released) + " is not a record boundary");
+  BOOST_OUTCOME_TRY(epoch, table_.restore(who, durable.secret, now));
+  if (first > durable.next_sequence) {
+    // The producer no longer holds records the application's durable record says it has not
+    // processed: the old owner released them. Delivery goes on; the gap is reported.
+    ++counters_.restore_gaps;
+    counters_.last_session_failure = "session " + std::to_string(who.session) + ": restored at sequence " +
+                                     std::to_string(durable.next_sequence) + " but the producer holds from " +
+                                     std::to_string(first) + "; records in between are lost";
+  }
+  const ResumePoint at{epoch, released, released, first};
+  add(who.session, ring, at, durable.next_sequence);
+  return at;
+}
+
+Result<void> OwnerCore::heartbeat(const Credentials& who, Clock::time_point now) { return table_.heartbeat(who, now); }
+
+Result<void> OwnerCore::detach(const Credentials& who) {
+  BOOST_OUTCOME_TRYV(table_.detach(who));
+  end(who.session, CloseReason::detached, {});
+  return success();
+}
+
+void OwnerCore::tick(Clock::time_point now) {
+  for (SessionId id : table_.expire(now)) end(id, CloseReason::lease_expired, "no publish or heartbeat for a lease");
+}
+
+// ---- links --------------------------------------------------------------------------------------
+
+Result<void> OwnerCore::admit_connect(const wire::ConnectData& request, Clock::time_point now) {
+  Session* s = find(request.session);
+  if (s && s->fencing) {
+    ++counters_.connect_refused;
+    return make_error(errc::invalid_argument, "session " + std::to_string(request.session) + " is being fenced");
+  }
+  if (auto ok = table_.admit_connect(request, now); !ok) {
+    ++counters_.connect_refused;
+    return ok.error();
+  }
+  if (!s) {
+    ++counters_.connect_refused;
+    return make_error(errc::unknown_session, "session " + std::to_string(request.session) + " has no ring");
+  }
+  // The table admits a QP only for the current epoch, so a link this replaces was of an epoch
+  // already fenced, or a QP that never got established.
+  s->link = Link{request.epoch, false, false};
+  return success();
+}
+
+void OwnerCore::connect_failed(SessionId id) noexcept {
+  ++counters_.connect_refused;
+  if (Session* s = find(id)) s->link.reset();
+}
+
+void OwnerCore::on_established(SessionId id) noexcept {
+  Session* s = find(id);
+  if (!s || !s->link || s->link->dead) return;
+  s->link->established = true;
+  table_.on_connected(id);
+}
+
+void OwnerCore::break_link(SessionId id, Session& s) noexcept {
+  if (!s.link || s.link->dead) return;
+  s.link->dead = true;
+  table_.on_broken(id, s.link->epoch);
+}
+
+void OwnerCore::on_link_broken(SessionId id) noexcept {
+  if (Session* s = find(id)) break_link(id, *s);
+}
+
+// ---- the data path ------------------------------------------------------------------------------
+
+void OwnerCore::on_immediate(SessionId id, std::uint32_t imm) {
+  Session* s = find(id);
+  if (!s) return;
+  if (auto ok = s->core.on_immediate(imm); !ok) fail(id, ok.error());
+}
+
+void OwnerCore::on_tail(SessionId id, std::span<const std::byte, wire::kTailRecordSize> bytes) {
+  Session* s = find(id);
+  if (!s) return;
+  if (auto ok = s->core.on_tail(bytes); !ok) fail(id, ok.error());
+}
+
+void OwnerCore::on_credit_completion(SessionId id, std::uint64_t wr_id) {
+  if (Session* s = find(id)) s->core.on_completion(wr_id, true);
+}
+
+void OwnerCore::on_error_completion(SessionId id) {
+  ++counters_.error_completions;
+  on_link_broken(id);
+}
+
+bool OwnerCore::wants_clock() const noexcept {
+  return std::any_of(sessions_.begin(), sessions_.end(), [](const auto& kv) {
+    const Session& s = kv.second;
+    const ConsumerLedger l = s.core.ledger();
+    return l.head != l.published || s.core.counters().publishes != s.publishes_seen;
+  });
+}
+
+void OwnerCore::take_deliveries(std::size_t max, Clock::time_point now, std::vector<TakenRecord>& out) {
+  bool unread = false;
+  for (auto& [id, s] : sessions_) {
+    if (s.core.counters().publishes != s.publishes_seen) {
+      s.publishes_seen = s.core.counters().publishes;
+      table_.touch(id, now);
+    }
+    const ConsumerLedger l = s.core.ledger();
+    if (l.head == l.published) s.deficit = 0;  // an idle session banks no allowance
+    else unread = true;
+  }
+
+  // Deficit round robin over the sessions, starting after the one served last: each turn adds a
+  // quantum of payload bytes to a session's allowance; a record goes out while the allowance
+  // lasts (and one always does), so a session of large records gets no more bytes per round
+  // than one of small records, and none waits more than one round.
+  std::size_t n = 0;
+  bool progress = unread;
+  std::vector<SessionId>& turn = turn_scratch_;
+  while (n < max && progress) {
+    progress = false;
+    turn.clear();
+    const auto start = sessions_.upper_bound(last_served_);
+    for (auto it = start; it != sessions_.end(); ++it) turn.push_back(it->first);
+    for (auto it = sessions_.begin(); it != start; ++it) turn.push_back(it->first);
+    for (SessionId id : turn) {
+      if (n >= max) break;
+      Session* s = find(id);
+      if (!s) continue;  // failed earlier in this turn
+      s->deficit += config_.quantum_bytes;
+      std::size_t served = 0;
+      while (n < max && (served == 0 || s->deficit > 0)) {
+        auto record = s->core.next(now);
+        if (!record) {
+          fail(id, record.error());
+          break;
+        }
+        if (!record.value()) break;
+        const DeliveredRecord& d = *record.value();
+        out.push_back(TakenRecord{Delivery{id, d.payload, d.sequence}, d.end});
+        // Charged by the ring space a record takes, so empty records are not free.
+        s->deficit -= static_cast<std::int64_t>(wire::record_span(d.payload.size()));
+        ++served;
+        ++n;
+      }
+      if (served > 0) {
+        progress = true;
+        last_served_ = id;
+      } else if ((s = find(id))) {
+        s->deficit = 0;  // an idle session banks no allowance
+      }
+    }
+  }
+}
+
+void OwnerCore::finish_deliveries(std::span<const TakenRecord> taken, std::size_t handled) {
+  // Per session, its handled records are a prefix of its records in the batch: release through
+  // the last handled one, give back from the first one not handled. A batch spans few sessions,
+  // so they are looked up in a flat list.
+  auto& marks = mark_scratch_;  // (session, seen)
+  const auto first_sight = [&marks](SessionId id) {
+    for (auto& [marked, seen] : marks)
+      if (marked == id) return !std::exchange(seen, true);
+    marks.emplace_back(id, true);
+    return true;
+  };
+  handled = std::min(handled, taken.size());
+  marks.clear();
+  for (std::size_t i = handled; i-- > 0;) {
+    const TakenRecord& r = taken[i];
+    Session* s = find(r.delivery.session);
+    if (!first_sight(r.delivery.session) || !s) continue;  // not its last, or closed while the application held it
+    if (auto ok = s->core.release(r.end); !ok) fail(r.delivery.session, ok.error());
+  }
+  marks.clear();
+  for (std::size_t i = handled; i < taken.size(); ++i) {
+    const TakenRecord& r = taken[i];
+    Session* s = find(r.delivery.session);
+    if (!s) continue;
+    const std::uint64_t span = wire::record_span(r.delivery.payload.size());
+    // The allowance spent on records given back is refunded: an abort costs the session no turn.
+    s->deficit += static_cast<std::int64_t>(span);
+    if (!first_sight(r.delivery.session)) continue;
+    ++counters_.handler_aborts;
+    s->core.unread(r.end - span, r.delivery.sequence);
+  }
+}
+
+void OwnerCore::take_credits(std::vector<CreditPost>& out) {
+  for (auto& [id, s] : sessions_) {
+    if (!s.link || !s.link->established || s.link->dead) continue;
+    while (auto w = s.core.take_credit()) {
+      ++counters_.credit_posts;
+      out.push_back(CreditPost{id, *w});
+    }
+  }
+}
+
+}  // namespace rdmaring

@@ -1,0 +1,174 @@
+// The ring owner's data plane on verbs: the rdma_cm listener, the shared PD, CQ and SRQ, and per
+// session a registered ring (and tail record in mode tail) and the admitted QP. It executes what
+// OwnerCore decides: feeds it completions, immediates and tail records, posts its credit
+// write-backs, zeroes and re-registers its fenced rings, tears down the sessions it ends.
+//
+// Threads and the lock: the control thread calls the control-side members (connect requests,
+// rdma_cm and async events, attach, resume, restore, heartbeat, detach, tick), one thread polls
+// (begin_poll / end_poll), and any thread may inspect(). One mutex serialises them; it is never
+// held while the application's code runs (the handlers between begin_poll and end_poll, the
+// on_session_closed callback) nor while a ring is allocated, zeroed or registered.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "rdmaring/owner_core.hpp"
+#include "rdmaring/verbs/async_events.hpp"
+#include "rdmaring/verbs/cm_id.hpp"
+#include "rdmaring/verbs/cq.hpp"
+#include "rdmaring/verbs/event_channel.hpp"
+#include "rdmaring/verbs/mr.hpp"
+#include "rdmaring/verbs/pd.hpp"
+#include "rdmaring/verbs/srq.hpp"
+
+namespace rdmaring {
+
+// Mode imm: receives consumed by immediates are re-posted to the shared receive queue in chains
+// of this many, so recv_depth must be at least twice it.
+inline constexpr std::uint32_t kRecvRepostBatch = 16;
+
+struct OwnerDataPlaneOptions {
+  std::string address;  // the RDMA device's address rdma_cm listens on
+  std::uint16_t data_port = 0;
+  bool relaxed_ordering = false;
+  bool on_demand_paging = false;
+  std::uint32_t recv_depth = 1024;  // mode imm: receives on the shared receive queue
+  OwnerConfig core;
+  std::function<void(SessionId, CloseReason, const std::string&)> on_session_closed;
+};
+
+// Where a session's producer writes in this epoch (the tail fields are 0 in mode imm).
+struct RingKeys {
+  std::uint64_t ring_addr = 0;
+  std::uint32_t ring_rkey = 0;
+  std::uint64_t tail_addr = 0;
+  std::uint32_t tail_rkey = 0;
+};
+
+struct Granted {
+  SessionEntry session;
+  ResumePoint at;
+  RingKeys keys;
+};
+
+struct DataPlaneCounters {
+  std::string device;
+  std::uint64_t recv_completions = 0;
+  std::uint64_t recv_posts = 0;
+  std::uint64_t stale_completions = 0;     // completions of a QP that is gone
+  std::uint64_t malformed_connects = 0;    // connect requests whose private data did not decode
+  std::uint64_t credit_post_failures = 0;  // each breaks its session's link only
+  std::map<std::string, std::uint64_t> completion_errors;  // by ibv_wc_status_str
+};
+
+class OwnerDataPlane {
+ public:
+  using Clock = OwnerCore::Clock;
+
+  // Binds and listens; opens the device's PD, CQ (and SRQ in mode imm). Throws SetupError
+  // (no_device: the address is on no RDMA device; verbs_failure).
+  explicit OwnerDataPlane(const OwnerDataPlaneOptions& options);
+  OwnerDataPlane(const OwnerDataPlane&) = delete;
+  OwnerDataPlane& operator=(const OwnerDataPlane&) = delete;
+  // Ends every session (owner_stopped).
+  ~OwnerDataPlane();
+
+  std::uint16_t data_port() const noexcept { return listener_.local_port(); }
+  int cm_fd() const noexcept;
+  int async_fd() const noexcept { return async_->fd(); }
+
+  // ---- the control thread ----
+  void on_cm_readable();     // connect requests, ESTABLISHED, disconnects
+  void on_async_readable();  // a QP gone fatal breaks its session's link
+  void tick(Clock::time_point now);
+  // The session's ring is allocated and registered before the session exists, outside the lock.
+  // Errors: no_capacity, memlock_too_low, odp_unsupported, verbs_failure (from the
+  // registration), out of memory as no_capacity.
+  Result<Granted> attach(Clock::time_point now);
+  bool knows(SessionId id) const;
+  Result<Granted> restore(const Credentials& who, const DurableSession& durable, bool restarted,
+                          std::uint64_t released, std::uint64_t first, Clock::time_point now);
+  // Fences the epoch (QP dropped, unread ring zeroed outside the lock, ring registered again:
+  // the old rkeys die) and grants the next. Errors: OwnerCore::resume's; a ring that cannot be
+  // registered again closes the session (ring_failure) and is returned.
+  Result<Granted> resume(const Credentials& who, Clock::time_point now);
+  Result<void> heartbeat(const Credentials& who, Clock::time_point now);
+  Result<void> detach(const Credentials& who);
+
+  // ---- the polling thread ----
+  // Takes up to `max` records (pinning their rings) for the application. Errors: verbs_failure
+  // of the shared CQ or SRQ; invalid_argument when a poll is already open (a handler polling,
+  // or two threads).
+  Result<std::span<const TakenRecord>> begin_poll(std::size_t max);
+  // The first `handled` of them were handled: released; the rest are given back. Posts credit.
+  std::size_t end_poll(std::size_t handled) noexcept;
+
+  // ---- any thread ----
+  // Runs f(core, counters) under the lock: a consistent view, for stats.
+  template <class F>
+  decltype(auto) inspect(F&& f) const {
+    std::lock_guard lock(m_);
+    return f(core_, counters_);
+  }
+  verbs::RegistrationFootprint registered() const;
+  std::map<std::string, std::uint64_t> async_event_counts() const;
+  // CRC-32C of a session's whole ring as it is in memory now. For audits.
+  std::optional<std::uint32_t> ring_checksum(SessionId session) const;
+
+ private:
+  struct Link;
+  struct SessionRing;
+  using Closed = std::vector<ClosedSession>;
+
+  std::shared_ptr<SessionRing> make_ring() const;
+  void register_ring(SessionRing& r) const;
+  RingKeys keys(const SessionRing& r) const noexcept;
+  Result<void> post_receives(std::uint32_t n);
+  // Under the lock: every completion waiting, fed to the core, and the sessions it ended torn
+  // down (their QPs' own completions then drained too, before any QP number can be reused).
+  Result<void> take_completions(Closed& closed);
+  void dispatch(const ibv_wc& wc);
+  void apply_closed(Closed& closed);
+  void drop_link(SessionRing& r);
+  void post_credits();
+  void on_connect_request(verbs::ConnectRequest request, Closed& closed);
+  void take_async_events();
+  void notify(const Closed& closed) const;
+  SessionRing* ring_of(SessionId id) const;
+
+  OwnerDataPlaneOptions options_;
+  verbs::EventChannel channel_;  // the listener's and every accepted connection's events
+  verbs::CmId listener_{channel_};
+  std::optional<verbs::ProtectionDomain> pd_;
+  std::optional<verbs::CompletionQueue> cq_;
+  std::optional<verbs::SharedReceiveQueue> srq_;
+  std::optional<verbs::AsyncEvents> async_;
+  std::vector<ibv_recv_wr> recv_chain_;
+  std::uint32_t recv_owed_ = 0;  // receives consumed, not yet re-posted
+
+  mutable std::mutex m_;
+  OwnerCore core_;
+  DataPlaneCounters counters_;
+  std::map<SessionId, std::shared_ptr<SessionRing>> rings_;
+  std::unordered_map<std::uint32_t, SessionId> by_qp_;
+  std::unordered_map<rdma_cm_id*, SessionId> by_cm_;
+
+  // The open poll (polling thread only): the records taken and the rings they lie in, kept
+  // alive until end_poll even if their session closes meanwhile.
+  bool polling_ = false;
+  std::vector<TakenRecord> taken_;
+  std::vector<std::shared_ptr<SessionRing>> pinned_;
+  std::vector<CreditPost> credit_scratch_;
+};
+
+}  // namespace rdmaring
