@@ -40,6 +40,7 @@ struct RingGrant {
   dataPort @14 :UInt16;
   leaseMillis @15 :UInt32;    # 0: no lease
   payloadCheck @16 :PayloadCheck;  # whether records carry and are checked by payload_crc
+  recvBudget @17 :UInt32;     # mode imm: this session's share of the owner's shared receives
 }
 
 enum PayloadCheck {

@@ -119,7 +119,8 @@ bool same(const control::RingGrant& a, const control::RingGrant& b) {
          a.ring_addr == b.ring_addr && a.ring_rkey == b.ring_rkey && a.ring_bytes == b.ring_bytes &&
          a.max_record == b.max_record && a.tail_addr == b.tail_addr && a.tail_rkey == b.tail_rkey &&
          a.at.epoch == b.at.epoch && a.at.position == b.at.position && a.at.released == b.at.released &&
-         a.at.next_sequence == b.at.next_sequence && a.data_port == b.data_port && a.lease == b.lease;
+         a.at.next_sequence == b.at.next_sequence && a.data_port == b.data_port && a.lease == b.lease &&
+         a.recv_budget == b.recv_budget;
 }
 
 // The grant's rules, whatever the bytes were.
@@ -138,7 +139,7 @@ void check_grant(const control::RingGrant& g, schema::RingGrant::Reader in, bool
         g.max_record == in.getMaxRecord() && g.tail_addr == in.getTailAddr() && g.tail_rkey == in.getTailRkey() &&
         g.at.position == in.getPosition() && g.at.released == in.getReleased() &&
         g.at.next_sequence == in.getNextSequence() && g.data_port == in.getDataPort() &&
-        static_cast<std::uint64_t>(g.lease.count()) == in.getLeaseMillis());
+        static_cast<std::uint64_t>(g.lease.count()) == in.getLeaseMillis() && g.recv_budget == in.getRecvBudget());
   CHECK((g.mode == wire::PublishMode::imm) == (in.getMode() == schema::PublishMode::IMM));
   if (with_secret) {
     const auto secret = in.getSecret();

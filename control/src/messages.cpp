@@ -56,6 +56,7 @@ void write(schema::RingGrant::Builder out, const RingGrant& g, bool with_secret)
   out.setLeaseMillis(static_cast<std::uint32_t>(g.lease.count()));
   out.setPayloadCheck(g.payload_check == wire::PayloadCheck::none ? schema::PayloadCheck::NONE
                                                                    : schema::PayloadCheck::CRC32C);
+  out.setRecvBudget(g.recv_budget);
 }
 
 void write(schema::Refusal::Builder out, const Error& e) {
@@ -117,6 +118,7 @@ Result<RingGrant> read(schema::GrantOrRefusal::Reader in, bool with_secret) {
   out.data_port = g.getDataPort();
   if (out.data_port == 0) return bad_grant("no data port");
   out.lease = std::chrono::milliseconds(g.getLeaseMillis());
+  out.recv_budget = g.getRecvBudget();
   return out;
 }
 

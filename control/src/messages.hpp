@@ -29,6 +29,9 @@ struct RingGrant {
   std::uint16_t data_port = 0;
   std::chrono::milliseconds lease{0};
   wire::PayloadCheck payload_check = wire::PayloadCheck::crc32c;
+  // Mode imm: the WRITE_WITH_IMM publishes the producer should keep unacknowledged at most, its
+  // share of the receives the owner keeps posted on the SRQ all sessions share. 0 in mode tail.
+  std::uint32_t recv_budget = 0;
 };
 
 // Reading limits for untrusted control messages: far above any legal message (a few hundred

@@ -64,7 +64,10 @@ Result<void> ConsumerCore::on_tail(std::span<const std::byte, wire::kTailRecordS
     ++counters_.stale_epoch;
     return success();
   }
-  if (tail->tail % wire::kRecordAlign != 0 || tail->tail - credited_ > geometry_.bytes)
+  if (tail->tail % wire::kRecordAlign != 0)
+    return violation("tail record at " + std::to_string(tail->tail) + " not a multiple of " +
+                     std::to_string(wire::kRecordAlign));
+  if (tail->tail - credited_ > geometry_.bytes)
     return violation("tail record at " + std::to_string(tail->tail) + " outside the credit given (" +
                      std::to_string(credited_) + " + ring)");
   if (tail->tail > published_) {

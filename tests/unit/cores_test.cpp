@@ -246,6 +246,23 @@ TEST_CASE("payload check none: payload_crc 0, the payload taken as placed", "[co
   CHECK(r.error() == errc::protocol_violation);
 }
 
+TEST_CASE("tail mode: a misaligned tail and a tail past the credit are refused by name", "[core]") {
+  // Each rule has its own message: a peer debugging a refusal must learn which one it broke.
+  const auto refusal = [](std::uint64_t tail) {
+    LoopbackFabric f(wire::PublishMode::tail, 4096, 1024);
+    std::array<std::byte, wire::kTailRecordSize> t{};
+    wire::encode(wire::TailRecord{f.consumer.epoch(), tail, 0, 0}, t);
+    const auto r = f.consumer.on_tail(t);
+    REQUIRE_FALSE(r);
+    CHECK(r.error() == errc::protocol_violation);
+    return r.error().message();
+  };
+  const auto misaligned = refusal(100);
+  CHECK_THAT(misaligned, Catch::Contains("not a multiple of 64"));
+  CHECK_THAT(misaligned, !Catch::Contains("credit"));
+  CHECK_THAT(refusal(4096 + 64), Catch::Contains("outside the credit given"));
+}
+
 TEST_CASE("credit from another epoch is ignored and counted", "[core]") {
   LoopbackFabric f(wire::PublishMode::imm, 4096, 1024);
   std::array<std::byte, wire::kCreditRecordSize> c{};

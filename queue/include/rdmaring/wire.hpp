@@ -1,5 +1,7 @@
 // The wire formats of rdmaring, written once. protocol-spec/wire-formats.md describes these
-// bytes for a re-implementer and names this header as the source of every constant in it.
+// bytes for a re-implementer, who reads only the spec: its constants table (§9) and
+// protocol-spec/test-vectors.json are checked against this header by
+// tests/unit/spec_conformance_test.cpp, so a change here that the spec does not follow fails.
 //
 // All multi-byte fields are little-endian, except the immediate, which verbs carries in network
 // byte order (ibv_send_wr::imm_data is big-endian; the adapters convert). Encoders and decoders copy bytes (no struct

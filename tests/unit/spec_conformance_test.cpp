@@ -1,0 +1,360 @@
+// The protocol spec against the reference: every vector of protocol-spec/test-vectors.json
+// through the encoders and decoders of wire.hpp and make_proof, and every row of the constants
+// table of protocol-spec/wire-formats.md against the constants the code uses. A third party
+// builds from the spec alone, so the spec and the code must not drift apart unnoticed.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "rdmaring/checksum.hpp"
+#include "rdmaring/session_proof.hpp"
+#include "rdmaring/wire.hpp"
+
+using namespace rdmaring;
+using nlohmann::json;
+
+namespace {
+
+std::string read_spec_file(const std::string& name) {
+  const std::string path = std::string(RDMARING_SPEC_DIR) + "/" + name;
+  std::ifstream in(path);
+  if (!in) FAIL("cannot open " << path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+const json& vectors() {
+  static const json v = json::parse(read_spec_file("test-vectors.json"));
+  return v;
+}
+
+// A number as the vectors file writes it: a JSON number, or "0x" and hex digits.
+std::uint64_t number(const json& j) {
+  if (j.is_number_unsigned()) return j.get<std::uint64_t>();
+  const auto s = j.get<std::string>();
+  REQUIRE(s.rfind("0x", 0) == 0);
+  std::size_t used = 0;
+  const auto value = std::stoull(s.substr(2), &used, 16);
+  REQUIRE(used == s.size() - 2);
+  return value;
+}
+
+// Hex bytes separated by single spaces.
+std::vector<std::byte> bytes(const json& j) {
+  const auto s = j.get<std::string>();
+  std::vector<std::byte> out;
+  for (std::size_t i = 0; i < s.size(); i += 3) {
+    REQUIRE(i + 2 <= s.size());
+    REQUIRE((i + 2 == s.size() || s[i + 2] == ' '));
+    out.push_back(static_cast<std::byte>(std::stoul(s.substr(i, 2), nullptr, 16)));
+  }
+  return out;
+}
+
+std::vector<std::byte> ascii(const json& j) {
+  const auto s = j.get<std::string>();
+  std::vector<std::byte> out(s.size());
+  std::transform(s.begin(), s.end(), out.begin(), [](char c) { return static_cast<std::byte>(c); });
+  return out;
+}
+
+template <std::size_t N>
+std::array<std::byte, N> fixed(const json& j) {
+  const auto b = bytes(j);
+  REQUIRE(b.size() == N);
+  std::array<std::byte, N> out{};
+  std::copy(b.begin(), b.end(), out.begin());
+  return out;
+}
+
+template <std::size_t N>
+std::vector<std::byte> as_vector(const std::array<std::byte, N>& a) {
+  return {a.begin(), a.end()};
+}
+
+std::vector<std::byte> little_endian(std::uint64_t v, std::size_t n) {
+  std::vector<std::byte> out(n);
+  for (auto& b : out) {
+    b = static_cast<std::byte>(v & 0xff);
+    v >>= 8;
+  }
+  return out;
+}
+
+// The number a Value cell of the constants table starts with: decimal, or "0x" and hex digits.
+std::uint64_t table_value(const std::string& cell) {
+  const auto token = cell.substr(0, cell.find(' '));
+  const bool hex = token.rfind("0x", 0) == 0;
+  const auto digits = hex ? token.substr(2) : token;
+  REQUIRE_FALSE(digits.empty());
+  REQUIRE(std::all_of(digits.begin(), digits.end(), [hex](char c) {
+    return hex ? std::isxdigit(static_cast<unsigned char>(c)) != 0 : std::isdigit(static_cast<unsigned char>(c)) != 0;
+  }));
+  return std::stoull(digits, nullptr, hex ? 16 : 10);
+}
+
+// Cells of the markdown table that follows `heading` (the first table after it).
+std::vector<std::vector<std::string>> table_after(const std::string& doc, const std::string& heading) {
+  std::istringstream lines(doc);
+  std::string line;
+  bool in_section = false;
+  std::vector<std::vector<std::string>> rows;
+  while (std::getline(lines, line)) {
+    if (!in_section) {
+      in_section = line.rfind(heading, 0) == 0;
+      continue;
+    }
+    if (line.rfind("|", 0) != 0) {
+      if (!rows.empty()) break;
+      if (line.rfind("## ", 0) == 0) break;
+      continue;
+    }
+    std::vector<std::string> cells;
+    std::istringstream row(line.substr(1));
+    std::string cell;
+    while (std::getline(row, cell, '|')) {
+      const auto first = cell.find_first_not_of(' ');
+      const auto last = cell.find_last_not_of(' ');
+      cells.push_back(first == std::string::npos ? "" : cell.substr(first, last - first + 1));
+    }
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("spec vectors: CRC-32C", "[spec]") {
+  for (const auto& v : vectors().at("crc32c")) {
+    INFO(v.dump());
+    const auto crc = crc32c(ascii(v.at("input_ascii")));
+    CHECK(crc == number(v.at("crc")));
+    CHECK(little_endian(crc, 4) == bytes(v.at("stored")));
+  }
+}
+
+TEST_CASE("spec vectors: record span", "[spec]") {
+  for (const auto& v : vectors().at("record_span")) {
+    INFO(v.dump());
+    CHECK(wire::record_span(number(v.at("payload_len"))) == number(v.at("span")));
+  }
+}
+
+TEST_CASE("spec vectors: record headers encode and decode", "[spec]") {
+  for (const auto& v : vectors().at("record_header")) {
+    INFO(v.dump());
+    const wire::RecordHeader h{static_cast<std::uint32_t>(number(v.at("payload_len"))),
+                               static_cast<wire::RecordKind>(number(v.at("kind"))), number(v.at("sequence")),
+                               static_cast<std::uint32_t>(number(v.at("payload_crc")))};
+    if (v.contains("payload_ascii")) CHECK(crc32c(ascii(v.at("payload_ascii"))) == h.payload_crc);
+    std::array<std::byte, wire::kRecordHeaderSize> out{};
+    wire::encode(h, out);
+    CHECK(as_vector(out) == bytes(v.at("bytes")));
+    const auto back = wire::decode_record_header(fixed<wire::kRecordHeaderSize>(v.at("bytes")));
+    REQUIRE(back);
+    CHECK(back->payload_len == h.payload_len);
+    CHECK(back->kind == h.kind);
+    CHECK(back->sequence == h.sequence);
+    CHECK(back->payload_crc == h.payload_crc);
+  }
+  for (const auto& v : vectors().at("record_header_refused")) {
+    INFO(v.dump());
+    CHECK_FALSE(wire::decode_record_header(fixed<wire::kRecordHeaderSize>(v.at("bytes"))));
+  }
+}
+
+TEST_CASE("spec vectors: tail and credit records", "[spec]") {
+  for (const auto& v : vectors().at("tail_record")) {
+    INFO(v.dump());
+    const wire::TailRecord t{number(v.at("epoch")), number(v.at("tail")), number(v.at("next_sequence")),
+                             static_cast<std::uint32_t>(number(v.at("credit_requests")))};
+    std::array<std::byte, wire::kTailRecordSize> out{};
+    wire::encode(t, out);
+    CHECK(as_vector(out) == bytes(v.at("bytes")));
+    const auto back = wire::decode_tail_record(fixed<wire::kTailRecordSize>(v.at("bytes")));
+    REQUIRE(back);
+    CHECK(back->epoch == t.epoch);
+    CHECK(back->tail == t.tail);
+    CHECK(back->next_sequence == t.next_sequence);
+    CHECK(back->credit_requests == t.credit_requests);
+  }
+  for (const auto& v : vectors().at("tail_record_refused")) {
+    INFO(v.dump());
+    CHECK_FALSE(wire::decode_tail_record(fixed<wire::kTailRecordSize>(v.at("bytes"))));
+  }
+  for (const auto& v : vectors().at("credit_record")) {
+    INFO(v.dump());
+    const wire::CreditRecord c{number(v.at("epoch")), number(v.at("released")), number(v.at("delivered")),
+                               static_cast<std::uint32_t>(number(v.at("credit_requests_seen")))};
+    std::array<std::byte, wire::kCreditRecordSize> out{};
+    wire::encode(c, out);
+    CHECK(as_vector(out) == bytes(v.at("bytes")));
+    const auto back = wire::decode_credit_record(fixed<wire::kCreditRecordSize>(v.at("bytes")));
+    REQUIRE(back);
+    CHECK(back->epoch == c.epoch);
+    CHECK(back->released == c.released);
+    CHECK(back->delivered == c.delivered);
+    CHECK(back->credit_requests_seen == c.credit_requests_seen);
+  }
+  for (const auto& v : vectors().at("credit_record_refused")) {
+    INFO(v.dump());
+    CHECK_FALSE(wire::decode_credit_record(fixed<wire::kCreditRecordSize>(v.at("bytes"))));
+  }
+}
+
+TEST_CASE("spec vectors: immediates and their widening", "[spec]") {
+  for (const auto& v : vectors().at("immediate")) {
+    INFO(v.dump());
+    const auto units = static_cast<std::uint32_t>((number(v.at("tail")) / wire::kRecordAlign) & wire::kImmTailMask);
+    const auto epoch_low = static_cast<std::uint32_t>(number(v.at("epoch")) & 7);
+    const auto value = wire::encode(wire::Immediate{units, v.at("credit_request").get<bool>(), epoch_low});
+    CHECK(value == number(v.at("value")));
+    // imm_data travels in network byte order: the most significant byte first.
+    auto big_endian = little_endian(value, 4);
+    std::reverse(big_endian.begin(), big_endian.end());
+    CHECK(big_endian == bytes(v.at("imm_data")));
+    const auto back = wire::decode_immediate(value);
+    CHECK(back.tail_units == units);
+    CHECK(back.credit_request == v.at("credit_request").get<bool>());
+    CHECK(back.epoch_low == epoch_low);
+  }
+  for (const auto& v : vectors().at("widen_tail")) {
+    INFO(v.dump());
+    const auto got = wire::widen_tail(static_cast<std::uint32_t>(number(v.at("tail_units"))), number(v.at("known")),
+                                      number(v.at("credited")), number(v.at("ring_bytes")));
+    if (v.at("tail").is_null()) {
+      CHECK_FALSE(got);
+    } else {
+      REQUIRE(got);
+      CHECK(*got == number(v.at("tail")));
+    }
+  }
+}
+
+TEST_CASE("spec vectors: proofs", "[spec]") {
+  for (const auto& v : vectors().at("proof")) {
+    INFO(v.dump());
+    const auto secret = fixed<kSecretSize>(v.at("secret"));
+    const auto purpose = static_cast<ProofPurpose>(number(v.at("purpose")));
+    const auto session = number(v.at("session"));
+    const auto epoch = number(v.at("epoch"));
+    // The message is what a re-implementer hashes: {purpose u8, session u64, epoch u64}.
+    auto message = little_endian(number(v.at("purpose")), 1);
+    for (const auto& part : {little_endian(session, 8), little_endian(epoch, 8)})
+      message.insert(message.end(), part.begin(), part.end());
+    CHECK(message == bytes(v.at("message")));
+    const auto p = make_proof(secret, purpose, session, epoch);
+    CHECK(as_vector(p) == bytes(v.at("proof")));
+    CHECK(proof_matches(secret, purpose, session, epoch, bytes(v.at("proof"))));
+  }
+}
+
+TEST_CASE("spec vectors: connect and accept private data", "[spec]") {
+  for (const auto& v : vectors().at("connect_data")) {
+    INFO(v.dump());
+    const wire::ConnectData c{number(v.at("session")), number(v.at("epoch")), fixed<wire::kProofSize>(v.at("proof")),
+                              number(v.at("credit_addr")), static_cast<std::uint32_t>(number(v.at("credit_rkey")))};
+    CHECK(as_vector(wire::encode(c)) == bytes(v.at("bytes")));
+    const auto back = wire::decode_connect_data(bytes(v.at("bytes")));
+    REQUIRE(back);
+    CHECK(back->session == c.session);
+    CHECK(back->epoch == c.epoch);
+    CHECK(back->proof == c.proof);
+    CHECK(back->credit_addr == c.credit_addr);
+    CHECK(back->credit_rkey == c.credit_rkey);
+  }
+  for (const auto& v : vectors().at("accept_data")) {
+    INFO(v.dump());
+    CHECK(as_vector(wire::encode(wire::AcceptData{number(v.at("epoch"))})) == bytes(v.at("bytes")));
+    const auto back = wire::decode_accept_data(bytes(v.at("bytes")));
+    REQUIRE(back);
+    CHECK(back->epoch == number(v.at("epoch")));
+  }
+  for (const auto& v : vectors().at("private_data_received")) {
+    INFO(v.dump());
+    const auto received = bytes(v.at("received"));
+    const auto format = v.at("format").get<std::string>();
+    REQUIRE((format == "connect" || format == "accept"));
+    if (format == "connect") {
+      const auto c = wire::decode_connect_data(received);
+      REQUIRE(c);
+      CHECK(c->epoch == number(v.at("epoch")));
+    } else {
+      const auto a = wire::decode_accept_data(received);
+      REQUIRE(a);
+      CHECK(a->epoch == number(v.at("epoch")));
+    }
+  }
+  for (const auto& v : vectors().at("private_data_refused")) {
+    INFO(v.dump());
+    const auto b = bytes(v.at("bytes"));
+    const auto format = v.at("format").get<std::string>();
+    REQUIRE((format == "connect" || format == "accept"));
+    if (format == "connect")
+      CHECK_FALSE(wire::decode_connect_data(b));
+    else
+      CHECK_FALSE(wire::decode_accept_data(b));
+  }
+}
+
+TEST_CASE("spec constants: the table of wire-formats.md equals the reference", "[spec]") {
+  const std::map<std::string, std::uint64_t> reference = {
+      {"kVersion", wire::kVersion},
+      {"kMagic", wire::kMagic},
+      {"kRecordAlign", wire::kRecordAlign},
+      {"kRecordHeaderSize", wire::kRecordHeaderSize},
+      {"RecordKind::data", static_cast<std::uint64_t>(wire::RecordKind::data)},
+      {"RecordKind::padding", static_cast<std::uint64_t>(wire::RecordKind::padding)},
+      {"kImmTailBits", wire::kImmTailBits},
+      {"kImmTailMask", wire::kImmTailMask},
+      {"kImmCreditRequest", wire::kImmCreditRequest},
+      {"kImmEpochShift", wire::kImmEpochShift},
+      {"kMinRingBytes", wire::kMinRingBytes},
+      {"kMaxRingBytes", wire::kMaxRingBytes},
+      {"kTailRecordSize", wire::kTailRecordSize},
+      {"kCreditRecordSize", wire::kCreditRecordSize},
+      {"PublishMode::imm", static_cast<std::uint64_t>(wire::PublishMode::imm)},
+      {"PublishMode::tail", static_cast<std::uint64_t>(wire::PublishMode::tail)},
+      {"PayloadCheck::crc32c", static_cast<std::uint64_t>(wire::PayloadCheck::crc32c)},
+      {"PayloadCheck::none", static_cast<std::uint64_t>(wire::PayloadCheck::none)},
+      {"kProofSize", wire::kProofSize},
+      {"kSecretSize", kSecretSize},
+      {"ProofPurpose::connect", static_cast<std::uint64_t>(ProofPurpose::connect)},
+      {"ProofPurpose::resume", static_cast<std::uint64_t>(ProofPurpose::resume)},
+      {"ProofPurpose::heartbeat", static_cast<std::uint64_t>(ProofPurpose::heartbeat)},
+      {"ProofPurpose::detach", static_cast<std::uint64_t>(ProofPurpose::detach)},
+      {"kConnectDataSize", wire::kConnectDataSize},
+      {"kAcceptDataSize", wire::kAcceptDataSize},
+  };
+  const auto rows = table_after(read_spec_file("wire-formats.md"), "## 9. Constants");
+  REQUIRE(rows.size() > 2);
+  CHECK(rows[0].at(0) == "Constant");
+  CHECK(rows[0].at(1) == "Value");
+  std::set<std::string> seen;
+  for (std::size_t i = 2; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    REQUIRE(row.size() >= 2);
+    INFO("wire-formats.md §9 row: " << row[0] << " | " << row[1]);
+    REQUIRE(row[0].size() > 2);
+    REQUIRE(row[0].front() == '`');
+    REQUIRE(row[0].back() == '`');
+    const auto name = row[0].substr(1, row[0].size() - 2);
+    CHECK(seen.insert(name).second);
+    const auto it = reference.find(name);
+    REQUIRE(it != reference.end());
+    CHECK(table_value(row[1]) == it->second);
+  }
+  for (const auto& constant : reference) {
+    INFO("missing from wire-formats.md §9: " << constant.first);
+    CHECK(seen.count(constant.first) == 1);
+  }
+}
