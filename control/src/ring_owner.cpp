@@ -11,6 +11,7 @@
 #include "messages.hpp"
 #include "rdmaring/metrics_text.hpp"
 #include "rdmaring/owner_data_plane.hpp"
+#include "ring_owner_test_access.hpp"
 
 namespace rdmaring {
 namespace {
@@ -358,6 +359,10 @@ std::string RingOwner::metrics() const {
     }
   }
   return m.str();
+}
+
+void RingOwnerTestAccess::inject(RingOwner& owner, SessionId session, OwnerDataPlane::Fault fault) {
+  owner.s_->data.inject(session, fault);
 }
 
 std::optional<std::uint32_t> RingOwner::ring_checksum(SessionId session) const {

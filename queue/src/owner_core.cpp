@@ -82,6 +82,7 @@ void OwnerCore::close(SessionId id, CloseReason reason, std::string message) {
 }
 
 std::vector<ClosedSession> OwnerCore::take_closed() { return std::exchange(closed_, {}); }
+std::vector<SessionId> OwnerCore::take_broken() { return std::exchange(broken_, {}); }
 
 // ---- the control channel ------------------------------------------------------------------------
 
@@ -196,6 +197,7 @@ void OwnerCore::break_link(SessionId id, Session& s) noexcept {
   if (!s.link || s.link->dead) return;
   s.link->dead = true;
   table_.on_broken(id, s.link->epoch);
+  broken_.push_back(id);
 }
 
 void OwnerCore::on_link_broken(SessionId id) noexcept {

@@ -86,7 +86,7 @@ OwnerDataPlane::~OwnerDataPlane() {
   {
     std::lock_guard lock(m_);
     for (SessionId id : core_.session_ids()) core_.close(id, CloseReason::owner_stopped, "the owner stopped");
-    apply_closed(closed);
+    apply_actions(closed);
   }
   notify(closed);
 }
@@ -134,8 +134,12 @@ void OwnerDataPlane::drop_link(SessionRing& r) {
   r.link.reset();
 }
 
-void OwnerDataPlane::apply_closed(Closed& closed) {
+void OwnerDataPlane::apply_actions(Closed& closed) {
   for (;;) {
+    for (SessionId id : core_.take_broken()) {
+      SessionRing* r = ring_of(id);
+      if (r && r->link) (void)r->link->id.start_disconnect();  // already gone: nothing to tell
+    }
     auto ended = core_.take_closed();
     if (ended.empty()) return;
     for (const ClosedSession& c : ended) {
@@ -205,13 +209,24 @@ void OwnerDataPlane::dispatch(const ibv_wc& wc) {
     return;
   }
   const SessionId id = it->second;
+  std::uint32_t imm = ntohl(wc.imm_data);
+  if (!faults_.empty()) {
+    const auto f = faults_.find(id);
+    if (f != faults_.end() && wc.status == IBV_WC_SUCCESS) {
+      if (f->second == Fault::drop_credit_completions && wc.wr_id != kRecvWrId) return;
+      if (f->second == Fault::corrupt_next_immediate && wc.wr_id == kRecvWrId) {
+        imm ^= 1u << 28;  // the low epoch bit (wire-formats.md, the immediate)
+        faults_.erase(f);
+      }
+    }
+  }
   if (wc.status != IBV_WC_SUCCESS) {
     // The connection is dead (the producer left, or a credit write ran out of retries): what is
     // published stays deliverable, and the producer may resume.
     ++counters_.completion_errors[ibv_wc_status_str(wc.status)];
     core_.on_error_completion(id);
   } else if (wc.wr_id == kRecvWrId) {
-    core_.on_immediate(id, ntohl(wc.imm_data));
+    core_.on_immediate(id, imm);
   } else {
     core_.on_credit_completion(id, wc.wr_id);
   }
@@ -227,7 +242,7 @@ Result<void> OwnerDataPlane::take_completions(Closed& closed) {
   // Sessions the batch ended are torn down only now, after the whole batch was dispatched in
   // order: tearing one down mid-batch would drain (and dispatch) later completions before the
   // batch's earlier ones, and another session would see its immediates out of order.
-  apply_closed(closed);
+  apply_actions(closed);
   if (srq_ && recv_owed_ >= kRecvRepostBatch) {
     BOOST_OUTCOME_TRYV(post_receives(recv_owed_));
     recv_owed_ = 0;
@@ -241,8 +256,16 @@ void OwnerDataPlane::post_credits() {
   for (const CreditPost& c : credit_scratch_) {
     SessionRing* r = ring_of(c.session);
     if (!r || !r->link || !r->link->qp) continue;
-    if (!post_inline_write(*r->link->qp, c.write.bytes, r->link->producer.credit_addr,
-                           r->link->producer.credit_rkey, c.write.slot)) {
+    bool refused = false;
+    if (!faults_.empty()) {
+      const auto f = faults_.find(c.session);
+      if (f != faults_.end() && f->second == Fault::refuse_next_credit_post) {
+        refused = true;
+        faults_.erase(f);
+      }
+    }
+    if (refused || !post_inline_write(*r->link->qp, c.write.bytes, r->link->producer.credit_addr,
+                                      r->link->producer.credit_rkey, c.write.slot)) {
       // This session's QP refused the post: its link is broken; the others go on.
       ++counters_.credit_post_failures;
       core_.on_link_broken(c.session);
@@ -281,7 +304,7 @@ Result<std::span<const TakenRecord>> OwnerDataPlane::begin_poll(std::size_t max)
     // The clock only when something was published: an idle consumer polls in a tight loop, and
     // under emulation a clock read costs more than the rest of an empty poll.
     if (core_.wants_clock()) core_.take_deliveries(max, Clock::now(), taken_);
-    apply_closed(closed);
+    apply_actions(closed);
     for (const TakenRecord& t : taken_) {
       if (!pinned_.empty() && pinned_.back().get() == ring_of(t.delivery.session)) continue;
       if (const auto it = rings_.find(t.delivery.session); it != rings_.end()) pinned_.push_back(it->second);
@@ -299,7 +322,7 @@ std::size_t OwnerDataPlane::end_poll(std::size_t handled) noexcept {
     std::lock_guard lock(m_);
     core_.finish_deliveries(taken_, handled);
     post_credits();
-    apply_closed(closed);
+    apply_actions(closed);
     polling_ = false;
     unpin.swap(pinned_);
   }
@@ -389,7 +412,7 @@ void OwnerDataPlane::on_cm_readable() {
           break;
       }
     }
-    apply_closed(closed);
+    apply_actions(closed);
   }
   notify(closed);
 }
@@ -404,7 +427,7 @@ void OwnerDataPlane::tick(Clock::time_point now) {
   {
     std::lock_guard lock(m_);
     core_.tick(now);
-    apply_closed(closed);
+    apply_actions(closed);
   }
   notify(closed);
 }
@@ -492,10 +515,21 @@ Result<Granted> OwnerDataPlane::resume(const Credentials& who, Clock::time_point
       core_.fence_done(who.session);
       out = Granted{*e, fence.at, keys(*ring)};
     }
-    apply_closed(closed);
+    apply_actions(closed);
   }
   notify(closed);
   return out;
+}
+
+void OwnerDataPlane::inject(SessionId session, Fault fault) {
+  std::lock_guard lock(m_);
+  if (fault != Fault::qp_error) {
+    faults_[session] = fault;
+    return;
+  }
+  // As a QP the device put into the error state: its posts flush and the peer's writes go
+  // unanswered; the next completion or event tells the core.
+  if (SessionRing* r = ring_of(session); r && r->link && r->link->qp) (void)r->link->qp->force_error();
 }
 
 Result<void> OwnerDataPlane::heartbeat(const Credentials& who, Clock::time_point now) {
@@ -509,7 +543,7 @@ Result<void> OwnerDataPlane::detach(const Credentials& who) {
   {
     std::lock_guard lock(m_);
     ok = core_.detach(who);
-    apply_closed(closed);
+    apply_actions(closed);
   }
   notify(closed);
   return ok;

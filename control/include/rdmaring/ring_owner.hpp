@@ -144,6 +144,7 @@ class RingOwner {
   struct State;
 
  private:
+  friend struct RingOwnerTestAccess;  // fault injection, control/src/ring_owner_test_access.hpp
   explicit RingOwner(std::unique_ptr<State> s) noexcept;
   // poll() in two halves around the handlers: records taken (and pinned), then the first
   // `handled` released and the rest given back.

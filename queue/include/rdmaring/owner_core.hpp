@@ -189,6 +189,10 @@ class OwnerCore {
 
   // Sessions ended since the last call: the adapter tears down their QPs and rings.
   std::vector<ClosedSession> take_closed();
+  // Sessions whose link broke since the last call: the adapter disconnects their QPs, so that a
+  // producer whose QP still looks alive (the owner's post was refused, say) learns of it and
+  // resumes instead of waiting for credit that cannot come.
+  std::vector<SessionId> take_broken();
 
   // ---- what is visible ------------------------------------------------------------------------
 
@@ -226,6 +230,7 @@ class OwnerCore {
   std::map<SessionId, Session> sessions_;
   SessionId last_served_ = 0;  // round robin: the next turn starts after this session
   std::vector<ClosedSession> closed_;
+  std::vector<SessionId> broken_;
   std::vector<SessionId> turn_scratch_;
   std::vector<std::pair<SessionId, bool>> mark_scratch_;
   OwnerCounters counters_;

@@ -125,6 +125,16 @@ class OwnerDataPlane {
   // CRC-32C of a session's whole ring as it is in memory now. For audits.
   std::optional<std::uint32_t> ring_checksum(SessionId session) const;
 
+  // Fault injection points (eRPC's model), so tests can show that a fault of one session
+  // harms that session only. Armed per session; each fires once except the last.
+  enum class Fault {
+    refuse_next_credit_post,  // the session's next credit post fails as a refused ibv_post_send would
+    qp_error,                 // the session's QP is moved to the error state now
+    corrupt_next_immediate,   // the session's next immediate arrives with wrong epoch bits
+    drop_credit_completions,  // the session's credit completions are lost: its send queue fills
+  };
+  void inject(SessionId session, Fault fault);
+
  private:
   struct Link;
   struct SessionRing;
@@ -138,7 +148,7 @@ class OwnerDataPlane {
   // down (their QPs' own completions then drained too, before any QP number can be reused).
   Result<void> take_completions(Closed& closed);
   void dispatch(const ibv_wc& wc);
-  void apply_closed(Closed& closed);
+  void apply_actions(Closed& closed);
   void drop_link(SessionRing& r);
   void post_credits();
   void on_connect_request(verbs::ConnectRequest request, Closed& closed);
@@ -162,6 +172,7 @@ class OwnerDataPlane {
   std::map<SessionId, std::shared_ptr<SessionRing>> rings_;
   std::unordered_map<std::uint32_t, SessionId> by_qp_;
   std::unordered_map<rdma_cm_id*, SessionId> by_cm_;
+  std::unordered_map<SessionId, Fault> faults_;  // tests only: checked after one empty() on the data path
 
   // The open poll (polling thread only): the records taken and the rings they lie in, kept
   // alive until end_poll even if their session closes meanwhile.

@@ -137,6 +137,11 @@ void CmId::disconnect(milliseconds timeout) {
   expect_event(id_.get(), RDMA_CM_EVENT_DISCONNECTED, "rdma_disconnect", describe(), timeout);
 }
 
+Result<void> CmId::start_disconnect() {
+  if (rdma_disconnect(id_.get()) != 0) return verbs_error("rdma_disconnect", describe(), errno);
+  return boost::outcome_v2::success();
+}
+
 std::string CmId::describe() const {
   std::string s = "cm id";
   if (std::string local = describe_sockaddr(rdma_get_local_addr(id_.get())); !local.empty()) {

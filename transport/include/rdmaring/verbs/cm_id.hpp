@@ -103,6 +103,10 @@ class CmId {
   // before or after the peer did; the QP moves to the error state and flushes.
   // Throws: SetupError with the errno of rdma_disconnect; as expect_event does.
   void disconnect(std::chrono::milliseconds timeout);
+  // disconnect() without the wait, for an owner whose events arrive on its shared channel: the
+  // QP moves to the error state and the peer is told. Errors: verbs_failure with the errno of
+  // rdma_disconnect (EINVAL once the connection is already gone).
+  Result<void> start_disconnect();
 
   // "cm id 169.254.0.1:40000 -> 169.254.0.1:51234 on rxe0", from the id's current addresses.
   std::string describe() const;
