@@ -247,7 +247,7 @@ std::uint64_t total(const std::map<std::string, std::uint64_t>& counts) {
 
 // What a side holds while records flow: its MRs, and what the kernel charged this process for
 // them (VmPin) beside what mlock() holds (VmLck).
-std::string memory_fields(const std::string& device, const verbs::RegistrationFootprint& mrs) {
+std::string memory_fields(const std::string& device, const RegistrationFootprint& mrs) {
   const verbs::MemlockState m = verbs::read_memlock_state();
   std::ostringstream out;
   out << " device=" << device << " mr_regions=" << mrs.regions << " mr_bytes=" << mrs.bytes << " vm_pin=" << m.pinned

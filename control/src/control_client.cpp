@@ -98,7 +98,8 @@ ControlClient::ControlClient(const std::string& host, std::uint16_t port, std::c
         [&l] {
           l.heartbeats = nullptr;
           l.connection = nullptr;
-        });
+        },
+        kThreadName);
   } catch (const SetupError& e) {
     throw SetupError(make_error(errc::control_failure, "control channel to " + host + ":" + std::to_string(port) +
                                                            ": " + e.error().context));

@@ -16,6 +16,9 @@ namespace rdmaring::control {
 
 class ControlClient {
  public:
+  // The control thread's name, as producer.hpp states it.
+  static constexpr const char* kThreadName = "rdmaring-ctl";
+
   // Connects to the owner's control port. Throws: SetupError control_failure (refused, timed out).
   ControlClient(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout);
   ~ControlClient();

@@ -1,5 +1,7 @@
 #include "event_loop_thread.hpp"
 
+#include <pthread.h>
+
 #include <future>
 
 namespace rdmaring::control {
@@ -8,10 +10,12 @@ Error control_error(const kj::Exception& e, const std::string& what) {
   return make_error(errc::control_failure, what + ": " + std::string(e.getDescription().cStr()));
 }
 
-EventLoopThread::EventLoopThread(std::function<void(kj::AsyncIoContext&)> setup, std::function<void()> teardown) {
+EventLoopThread::EventLoopThread(std::function<void(kj::AsyncIoContext&)> setup, std::function<void()> teardown,
+                                 const char* name) {
   std::promise<void> started;
   auto ready = started.get_future();
-  thread_ = std::thread([this, &started, setup = std::move(setup), teardown = std::move(teardown)] {
+  thread_ = std::thread([this, &started, name, setup = std::move(setup), teardown = std::move(teardown)] {
+    pthread_setname_np(pthread_self(), name);
     bool running = false;
     try {
       auto io = kj::setupAsyncIo();

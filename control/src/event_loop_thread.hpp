@@ -30,8 +30,11 @@ class EventLoopThread {
  public:
   // Runs `setup` on the new thread before returning (its kj::Exception or SetupError is rethrown
   // here as SetupError); `teardown` runs on the thread when it stops, to destroy what setup made
-  // while the loop still exists.
-  EventLoopThread(std::function<void(kj::AsyncIoContext&)> setup, std::function<void()> teardown);
+  // while the loop still exists. The thread is named `name` (at most 15 characters, the kernel's
+  // limit) before setup runs, so top -H, gdb and perf tell the library's threads from the
+  // application's.
+  EventLoopThread(std::function<void(kj::AsyncIoContext&)> setup, std::function<void()> teardown,
+                  const char* name = "rdmaring-loop");
   EventLoopThread(const EventLoopThread&) = delete;
   EventLoopThread& operator=(const EventLoopThread&) = delete;
   ~EventLoopThread();

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "control_client.hpp"
+#include "producer_test_access.hpp"
 #include "rdmaring/dma.hpp"
 #include "rdmaring/post.hpp"
 #include "rdmaring/metrics_text.hpp"
@@ -353,10 +354,10 @@ Result<void> Producer::detach(std::chrono::nanoseconds timeout) {
   return success();
 }
 
-Result<void> Producer::force_error() { return c_->current().qp->force_error(); }
+Result<void> ProducerTestAccess::force_error(Producer& p) { return p.c_->current().qp->force_error(); }
 
 ProducerStats Producer::stats() const {
-  verbs::RegistrationFootprint registered;
+  RegistrationFootprint registered;
   registered.add(c_->staging_mr);
   registered.add(c_->credit_mr);
   return ProducerStats{c_->device,           registered,          c_->core->counters(),

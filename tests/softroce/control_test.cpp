@@ -20,11 +20,13 @@
 
 #include "control_client.hpp"
 #include "device_address.hpp"
+#include "producer_test_access.hpp"
 #include "raw_producer.hpp"
 #include "rdmaring/producer.hpp"
 #include "rdmaring/ring_owner.hpp"
 #include "rdmaring/threaded_producer.hpp"
 #include "session_records.hpp"
+#include "../thread_names.hpp"
 
 using namespace rdmaring;
 using namespace std::chrono_literals;
@@ -505,7 +507,7 @@ struct FaultySink {
     auto r = p.send(payload);
     if (r && ++sent % every == 0) {
       ++faults;
-      (void)p.force_error();
+      (void)ProducerTestAccess::force_error(p);
     }
     return r;
   }
@@ -579,6 +581,14 @@ TEST_CASE("eight threads send through one ThreadedProducer across QP failures: e
   CHECK(stats.accepted == kThreads * kPerThread);
   INFO("back-pressure refusals " << stats.would_block << ", max queue depth " << stats.max_queue_depth);
   CHECK(owner->stats().sessions.resumes == sink.faults);
+}
+
+TEST_CASE("a producer's control thread is named rdmaring-ctl", "[softroce][sessions]") {
+  const auto owner = RingOwner::start(owner_options(wire::PublishMode::imm));
+  const auto before = test::threads_named("rdmaring-ctl");
+  Producer producer = Producer::attach(producer_options(*owner));
+  INFO("threads: " << Catch::Detail::stringify(test::thread_names()));
+  CHECK(test::threads_named("rdmaring-ctl") == before + 1);
 }
 
 // The README's table of bad input and bad configuration: each row's error, as a user sees it.

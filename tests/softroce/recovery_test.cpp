@@ -12,6 +12,7 @@
 #include <string>
 
 #include "device_address.hpp"
+#include "producer_test_access.hpp"
 #include "rdmaring/producer.hpp"
 #include "rdmaring/ring_owner.hpp"
 
@@ -99,7 +100,7 @@ void run(wire::PublishMode mode) {
   for (std::uint64_t seq = 0; seq < kRecords;) {
     if (seq > 0 && seq % kFaultEvery == 0 && faults < seq / kFaultEvery) {
       // Mid-batch: committed records are in flight or waiting when the QP dies.
-      REQUIRE(producer.force_error());
+      REQUIRE(ProducerTestAccess::force_error(producer));
       ++faults;
     }
     auto span = producer.claim(size_of(seq));

@@ -32,6 +32,7 @@
 
 #include "../chaos/chaos_records.hpp"
 #include "credentials_file.hpp"
+#include "producer_test_access.hpp"
 #include "rdmaring/producer.hpp"
 #include "session_records.hpp"
 
@@ -153,7 +154,7 @@ int main(int argc, char** argv) {
       }
       if (g_force_error) {
         g_force_error = 0;
-        const auto forced = p.force_error();
+        const auto forced = ProducerTestAccess::force_error(p);
         if (g_log_recoveries)
           std::cerr << "session-producer " << getpid() << ": forced the QP to error at sequence " << seq
                     << (forced ? "" : " (failed: " + forced.error().message() + ")") << " t=" << monotonic_ns()
@@ -163,7 +164,7 @@ int main(int argc, char** argv) {
       auto r = p.send(payload, std::chrono::seconds(30));
       if (r) {
         ++seq;
-        if (fault_every && seq % fault_every == 0) (void)p.force_error();
+        if (fault_every && seq % fault_every == 0) (void)ProducerTestAccess::force_error(p);
         continue;
       }
       if (!needs_recover(r.error())) throw SetupError(r.error());

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "../thread_names.hpp"
+
 using namespace rdmaring;
 using namespace std::chrono_literals;
 
@@ -215,6 +217,14 @@ TEST_CASE("ThreadedProducer: back-pressure with a tiny slot pool loses nothing",
     check_per_thread_order(sink, 1, 5);
     CHECK(tp.stats().sink_retries > 0);
   }
+}
+
+TEST_CASE("ThreadedProducer: the poster thread is named rdmaring-post", "[threaded_producer]") {
+  const auto before = test::threads_named("rdmaring-post");
+  FakeSink sink;
+  ThreadedProducer<FakeSink> tp(sink, small_options(8, 16));
+  INFO("threads: " << Catch::Detail::stringify(test::thread_names()));
+  CHECK(test::threads_named("rdmaring-post") == before + 1);
 }
 
 TEST_CASE("ThreadedProducer: a record larger than a slot is refused", "[threaded_producer]") {

@@ -3,6 +3,9 @@
 //
 // Single-threaded: one thread calls everything on a Producer (ThreadedProducer puts a lock-free
 // front on it for many threads). Set-up throws SetupError; the data path returns Result.
+// Threads: each Producer starts one control thread, named "rdmaring-ctl" (what top -H, ps -L and
+// /proc/PID/task/*/comm show), which carries the control channel and the heartbeats; the data
+// path never waits on it.
 // Ownership: the Producer owns every verbs object of its session; spans returned by claim() point
 // into its registered staging buffer and are valid until commit() or abort().
 #pragma once
@@ -19,7 +22,7 @@
 
 #include "rdmaring/error.hpp"
 #include "rdmaring/producer_core.hpp"
-#include "rdmaring/verbs/mr.hpp"
+#include "rdmaring/registration_footprint.hpp"
 
 namespace rdmaring {
 
@@ -51,7 +54,7 @@ struct ProducerOptions {
 // Per-record costs are these divided by core.records.
 struct ProducerStats {
   std::string device;  // the verbs device rdma_cm resolved the owner's address to
-  verbs::RegistrationFootprint registered;  // staging and credit MRs
+  RegistrationFootprint registered;  // staging and credit MRs
   ProducerCounters core;
   std::uint64_t post_send_calls = 0;
   std::uint64_t completions = 0;  // signaled send completions polled
@@ -112,9 +115,6 @@ class Producer {
   // Detaches: drain(), then ends the session (the owner frees the ring) and disconnects.
   Result<void> detach(std::chrono::nanoseconds timeout);
 
-  // Fault injection: moves the QP to the error state, as a dead link would.
-  Result<void> force_error();
-
   // The sequence the next record sent will carry.
   std::uint64_t next_sequence() const;
   // Keep these to rejoin() after a restart; they change at every recover().
@@ -127,6 +127,8 @@ class Producer {
   wire::PublishMode mode() const;
 
  private:
+  // Fault injection for tests, kept out of the installed headers (control/src).
+  friend struct ProducerTestAccess;
   struct Connection;
   explicit Producer(std::unique_ptr<Connection> c) noexcept;
   static Producer open(const ProducerOptions& options, const SessionCredentials* rejoining);

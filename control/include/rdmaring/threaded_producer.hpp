@@ -1,5 +1,6 @@
 // The multi-thread front of a producer: any number of application threads call send(); one
-// poster thread is the only caller of the single-threaded Sink (a Producer).
+// poster thread, named "rdmaring-post" (what top -H, ps -L and /proc/PID/task/*/comm show), is
+// the only caller of the single-threaded Sink (a Producer).
 //
 // The hand-off is lock-free and bounded. A record is copied into a slot of a preallocated pool
 // (the free list is a boost::lockfree::stack of slot indices) and the slot index is pushed into a
@@ -10,6 +11,8 @@
 // Order: the records of one thread reach the Sink in that thread's send order; records of
 // different threads are interleaved in no promised order (see send()).
 #pragma once
+
+#include <pthread.h>
 
 #include <atomic>
 #include <bit>
@@ -123,6 +126,8 @@ class ThreadedProducer {
     // most recently freed slot, whose lines are still in cache.
     for (std::uint32_t i = opts_.slot_count; i-- > 0;) BOOST_VERIFY(free_.bounded_push(i));
     poster_ = std::thread([this] { run(); });
+    // From here rather than from the poster, so the name is set when the constructor returns.
+    pthread_setname_np(poster_.native_handle(), "rdmaring-post");
   }
 
   ThreadedProducer(const ThreadedProducer&) = delete;

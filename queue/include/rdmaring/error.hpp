@@ -7,12 +7,15 @@
 // on which object) to act on it.
 #pragma once
 
+#include <boost/outcome/bad_access.hpp>
+#include <boost/outcome/policy/base.hpp>
 #include <boost/outcome/result.hpp>
 #include <boost/outcome/try.hpp>
 
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
 
 namespace rdmaring {
 
@@ -57,10 +60,42 @@ struct Error {
 
 Error make_error(errc e, std::string context = {}, int sys_errno = 0);
 
+// Thrown by set-up code; what() is Error::message().
+class SetupError : public std::runtime_error {
+ public:
+  explicit SetupError(Error e);
+  const Error& error() const noexcept { return error_; }
+
+ private:
+  Error error_;
+};
+
+// Thrown by Result<T>::value() on a Result that holds an Error: an application that unwraps
+// with value() (rather than branching) gets the Error it ignored, as an exception it can catch,
+// instead of a terminated process. A SetupError, so set-up code that unwraps fails as set-up does.
+class BadResultAccess : public SetupError {
+ public:
+  explicit BadResultAccess(Error e) : SetupError(std::move(e)) {}
+};
+
+// Result's checks of the wide observers (value(), error()): one branch each, on the state the
+// caller has usually tested already, so the data path pays nothing more than it did.
+struct ResultPolicy : boost::outcome_v2::policy::base {
+  template <class Impl>
+  static constexpr void wide_value_check(Impl&& self) {
+    if (!base::_has_value(self)) [[unlikely]] throw BadResultAccess(base::_error(self));
+  }
+  // error() on a success is a bug in the caller, not a runtime failure: a std::logic_error.
+  template <class Impl>
+  static constexpr void wide_error_check(Impl&& self) {
+    if (!base::_has_error(self)) [[unlikely]] throw boost::outcome_v2::bad_result_access("Result::error() on a success");
+  }
+};
+
 using boost::outcome_v2::success;
 
 template <class T>
-using Result = boost::outcome_v2::result<T, Error, boost::outcome_v2::policy::terminate>;
+using Result = boost::outcome_v2::result<T, Error, ResultPolicy>;
 
 // Whether `e` (from a producer's send, progress, flush or drain) calls for recover(): the
 // connection died (completion_error, verbs_failure of a post), the owner stopped answering
@@ -71,16 +106,6 @@ inline bool needs_recover(const Error& e) {
   return e == errc::completion_error || e == errc::owner_lost || e == errc::unknown_session ||
          e == errc::verbs_failure;
 }
-
-// Thrown by set-up code; what() is Error::message().
-class SetupError : public std::runtime_error {
- public:
-  explicit SetupError(Error e);
-  const Error& error() const noexcept { return error_; }
-
- private:
-  Error error_;
-};
 
 }  // namespace rdmaring
 
