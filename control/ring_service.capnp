@@ -57,8 +57,10 @@ struct Refusal {
     unknownSession @2;   # never attached, detached, lease expired, or forgotten by an owner restart
     badProof @3;
     staleEpoch @4;       # an epoch the session has left: a replayed or late message
-    noCapacity @5;       # the owner's session limit, or registration failed (memlock)
+    noCapacity @5;       # the owner's session limit, or no memory for the ring
     ringChanged @6;      # an owner restart changed the ring's geometry or mode
+    memlockTooLow @7;    # the owner's RLIMIT_MEMLOCK does not cover the ring's registration
+    odpUnsupported @8;   # the owner registers with on-demand paging its device does not have
   }
 }
 

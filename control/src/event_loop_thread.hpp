@@ -34,7 +34,7 @@ class EventLoopThread {
   // limit) before setup runs, so top -H, gdb and perf tell the library's threads from the
   // application's.
   EventLoopThread(std::function<void(kj::AsyncIoContext&)> setup, std::function<void()> teardown,
-                  const char* name = "rdmaring-loop");
+                  const char* name);
   EventLoopThread(const EventLoopThread&) = delete;
   EventLoopThread& operator=(const EventLoopThread&) = delete;
   ~EventLoopThread();

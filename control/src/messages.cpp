@@ -14,7 +14,9 @@ Code to_code(const Error& e) {
   if (e == errc::unknown_session) return Code::UNKNOWN_SESSION;
   if (e == errc::bad_proof) return Code::BAD_PROOF;
   if (e == errc::stale_epoch) return Code::STALE_EPOCH;
-  if (e == errc::no_capacity || e == errc::memlock_too_low) return Code::NO_CAPACITY;
+  if (e == errc::no_capacity) return Code::NO_CAPACITY;
+  if (e == errc::memlock_too_low) return Code::MEMLOCK_TOO_LOW;
+  if (e == errc::odp_unsupported) return Code::ODP_UNSUPPORTED;
   if (e == errc::ring_changed) return Code::RING_CHANGED;
   return Code::BAD_REQUEST;
 }
@@ -28,6 +30,8 @@ errc to_errc(Code c) {
     case Code::STALE_EPOCH: return errc::stale_epoch;
     case Code::NO_CAPACITY: return errc::no_capacity;
     case Code::RING_CHANGED: return errc::ring_changed;
+    case Code::MEMLOCK_TOO_LOW: return errc::memlock_too_low;
+    case Code::ODP_UNSUPPORTED: return errc::odp_unsupported;
   }
   return errc::protocol_violation;
 }

@@ -93,6 +93,9 @@ control::RingGrant RingOwner::State::grant(const Granted& granted) const {
   g.data_port = data.data_port();
   g.lease = options.lease;
   g.payload_check = options.core.payload_check;
+  // The shared SRQ's receives, divided among as many sessions as the owner admits
+  // (sessions.md §2.4.1); mode tail consumes none.
+  if (options.mode == wire::PublishMode::imm) g.recv_budget = std::max<std::uint32_t>(1, options.recv_depth / options.max_sessions);
   return g;
 }
 
@@ -260,7 +263,8 @@ std::unique_ptr<RingOwner> RingOwner::start(const RingOwnerOptions& options) {
         st.cm_observer = nullptr;
         st.async_observer = nullptr;
         st.control_listener = nullptr;
-      });
+      },
+      "rdmaring-owner");
   return std::unique_ptr<RingOwner>(new RingOwner(std::move(s)));
 }
 

@@ -167,9 +167,9 @@ void OwnerDataPlane::notify(const Closed& closed) const {
   for (const ClosedSession& c : closed) options_.on_session_closed(c.session, c.reason, c.message);
 }
 
-verbs::RegistrationFootprint OwnerDataPlane::registered() const {
+RegistrationFootprint OwnerDataPlane::registered() const {
   std::lock_guard lock(m_);
-  verbs::RegistrationFootprint f;
+  RegistrationFootprint f;
   for (const auto& [id, r] : rings_) {
     f.add(r->ring_mr);
     f.add(r->tail_mr);

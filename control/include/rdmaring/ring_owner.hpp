@@ -30,7 +30,7 @@
 #include "rdmaring/error.hpp"
 #include "rdmaring/owner_core.hpp"
 #include "rdmaring/session_table.hpp"
-#include "rdmaring/verbs/mr.hpp"
+#include "rdmaring/registration_footprint.hpp"
 
 namespace rdmaring {
 
@@ -82,7 +82,7 @@ struct SessionStats {
 
 struct RingOwnerStats {
   std::string device;  // the verbs device rdma_cm bound the data port to
-  verbs::RegistrationFootprint registered;  // the rings' and tail records' MRs, now
+  RegistrationFootprint registered;  // the rings' and tail records' MRs, now
   SessionCounters sessions;
   std::uint64_t control_calls = 0;
   std::uint64_t control_task_failures = 0;  // control-thread tasks (listener, rdma_cm, leases) that failed

@@ -120,7 +120,7 @@ class OwnerDataPlane {
     std::lock_guard lock(m_);
     return f(core_, counters_);
   }
-  verbs::RegistrationFootprint registered() const;
+  RegistrationFootprint registered() const;
   std::map<std::string, std::uint64_t> async_event_counts() const;
   // CRC-32C of a session's whole ring as it is in memory now. For audits.
   std::optional<std::uint32_t> ring_checksum(SessionId session) const;

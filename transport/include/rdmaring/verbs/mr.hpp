@@ -92,8 +92,4 @@ class MemoryRegion {
   std::unique_ptr<ibv_mr, Dereg> mr_;
 };
 
-// Only so that ring_owner.* compile unchanged until they name rdmaring::RegistrationFootprint
-// (the public headers must not include this one for it); remove it then.
-using RegistrationFootprint = rdmaring::RegistrationFootprint;
-
 }  // namespace rdmaring::verbs
