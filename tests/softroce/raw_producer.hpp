@@ -4,6 +4,8 @@
 // play this peer; each attaches it in its own way (control.attach(), then grant).
 #pragma once
 
+#include <arpa/inet.h>
+
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -87,13 +89,23 @@ struct RawProducer {
   // Throws std::runtime_error when the write cannot be posted or completes in no `timeout`: no
   // status to judge, unlike a failed completion.
   ibv_wc_status write(std::uint32_t rkey, std::chrono::seconds timeout) {
+    return post_and_wait(rkey, std::nullopt, timeout);
+  }
+  // The same write as RDMA_WRITE_WITH_IMM carrying `imm` (host order; wire::encode of an
+  // Immediate): the owner takes it as a publish, so any bits a broken peer might send can be.
+  ibv_wc_status write_with_imm(std::uint32_t rkey, std::uint32_t imm, std::chrono::seconds timeout) {
+    return post_and_wait(rkey, imm, timeout);
+  }
+
+  ibv_wc_status post_and_wait(std::uint32_t rkey, std::optional<std::uint32_t> imm, std::chrono::seconds timeout) {
     std::memset(buf.data(), 0xEE, 64);
     ibv_sge sge{reinterpret_cast<std::uintptr_t>(buf.data()), 64, mr->lkey()};
     ibv_send_wr wr{};
     wr.wr_id = 1;
     wr.sg_list = &sge;
     wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+    if (imm) wr.imm_data = htonl(*imm);
     wr.send_flags = IBV_SEND_SIGNALED;
     wr.wr.rdma.remote_addr = grant.ring_addr;
     wr.wr.rdma.rkey = rkey;
