@@ -21,6 +21,7 @@
 #include "control_client.hpp"
 #include "device_address.hpp"
 #include "producer_test_access.hpp"
+#include "owner_harness.hpp"
 #include "raw_producer.hpp"
 #include "rdmaring/producer.hpp"
 #include "rdmaring/ring_owner.hpp"
@@ -29,126 +30,10 @@
 #include "../thread_names.hpp"
 
 using namespace rdmaring;
+using namespace rdmaring::testing;
 using namespace std::chrono_literals;
 
 namespace {
-
-// The owner's poll loop on a thread of its own, checking every delivery against
-// session_records.hpp: each session's records must arrive exactly once, in order, intact.
-class Auditor {
- public:
-  // `on_delivery` runs for every record after the audit's checks (on the poll thread); `next`:
-  // sequences already delivered by an earlier owner.
-  explicit Auditor(RingOwner& owner, std::function<void(const Delivery&)> on_delivery = {},
-                   std::map<SessionId, std::uint64_t> next = {})
-      : owner_(owner), on_delivery_(std::move(on_delivery)), next_(std::move(next)), thread_([this] { loop(); }) {}
-  ~Auditor() { stop(); }
-
-  void stop() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-  std::uint64_t delivered() const { return delivered_; }
-  std::uint64_t wrong() const { return wrong_; }
-  std::string error() const {
-    std::lock_guard lock(m_);
-    return error_;
-  }
-  std::map<SessionId, std::uint64_t> next() const {
-    std::lock_guard lock(m_);
-    return next_;
-  }
-  // Records delivered per session while `measuring` is set.
-  std::atomic<bool> measuring{false};
-  std::map<SessionId, std::uint64_t> measured_bytes() const {
-    std::lock_guard lock(m_);
-    return measured_;
-  }
-
- private:
-  void loop() {
-    while (!stop_) {
-      auto n = owner_.poll(
-          [&](const Delivery& d) {
-            std::lock_guard lock(m_);
-            std::uint64_t& expect = next_[d.session];
-            if (d.sequence != expect || !testing::record_matches(d.sequence, d.payload)) {
-              if (wrong_++ < 5 && error_.empty())
-                error_ = "session " + std::to_string(d.session) + ": record " + std::to_string(d.sequence) +
-                         " (" + std::to_string(d.payload.size()) + " B) where " + std::to_string(expect) +
-                         " was due";
-            }
-            expect = d.sequence + 1;
-            if (measuring) measured_[d.session] += d.payload.size();
-            if (on_delivery_) on_delivery_(d);
-            ++delivered_;
-          },
-          256);
-      if (!n) {
-        std::lock_guard lock(m_);
-        error_ = "poll: " + n.error().message();
-        return;
-      }
-      if (n.value() == 0) std::this_thread::yield();
-    }
-  }
-
-  RingOwner& owner_;
-  std::function<void(const Delivery&)> on_delivery_;
-  mutable std::mutex m_;
-  std::map<SessionId, std::uint64_t> next_;
-  std::map<SessionId, std::uint64_t> measured_;
-  std::string error_;
-  std::atomic<std::uint64_t> delivered_{0};
-  std::atomic<std::uint64_t> wrong_{0};
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
-template <class Pred>
-bool wait_for(Pred pred, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
-}
-
-RingOwnerOptions owner_options(wire::PublishMode mode) {
-  RingOwnerOptions o;
-  o.address = device_address();
-  o.mode = mode;
-  o.ring_bytes = 1 << 16;
-  o.max_record = 1024;
-  return o;
-}
-
-ProducerOptions producer_options(const RingOwner& owner) {
-  ProducerOptions o;
-  o.address = device_address();
-  o.control_port = owner.control_port();
-  return o;
-}
-
-// Sends records [next_sequence, end) of session_records.hpp, recovering from failures.
-Result<void> send_records(Producer& p, std::uint64_t end) {
-  for (std::uint64_t seq = p.next_sequence(); seq < end;) {
-    auto r = p.send(testing::record_bytes(seq), 30s);
-    if (r) {
-      ++seq;
-      continue;
-    }
-    if (!needs_recover(r.error())) return r;
-    for (int attempt = 0;; ++attempt) {
-      auto resumed = p.recover();
-      if (resumed) break;
-      if (attempt == 100) return resumed.error();
-      std::this_thread::sleep_for(100ms);
-    }
-  }
-  return success();
-}
 
 pid_t spawn_producer(const RingOwner& owner, const std::string& credentials, std::uint64_t records) {
   const std::string port = std::to_string(owner.control_port());
