@@ -145,13 +145,17 @@ Result<void> ConsumerCore::release(std::uint64_t end) {
 }
 
 void ConsumerCore::unread(std::uint64_t start, std::uint64_t sequence) noexcept {
-  // Counted again when delivered again: `records` counts what the application took.
-  for (std::uint64_t pos = start; pos < delivered_;) {
+  // Counted again when delivered again: `records` counts what the application took. Padding
+  // from `start` to the read head (the head may lie past the last delivered record: padding
+  // skipped after it) is read again too: it is uncounted as well.
+  for (std::uint64_t pos = start; pos < head_;) {
     const auto header = wire::decode_record_header(ring_.subspan(geometry_.offset(pos)).first<wire::kRecordHeaderSize>());
     if (!header) break;
     if (header->kind == wire::RecordKind::data && header->sequence >= deliver_from_) {
       --counters_.records;
       counters_.payload_bytes -= header->payload_len;
+    } else if (header->kind == wire::RecordKind::padding) {
+      --counters_.padding_records;
     }
     pos += wire::record_span(header->payload_len);
   }

@@ -250,29 +250,38 @@ void OwnerCore::take_deliveries(std::size_t max, Clock::time_point now, std::vec
   // Deficit round robin over the sessions, starting after the one served last: each turn adds a
   // quantum of payload bytes to a session's allowance; a record goes out while the allowance
   // lasts (and one always does), so a session of large records gets no more bytes per round
-  // than one of small records, and none waits more than one round.
+  // than one of small records, and none waits more than one round. A turn that the last call's
+  // `max` cut short goes on first, with no new quantum: else a session whose turns the poll
+  // limit keeps cutting would get a record per poll while banking the rest of each quantum.
   std::size_t n = 0;
   bool progress = unread;
+  std::optional<SessionId> carry;
+  if (n < max && progress) carry = std::exchange(cut_turn_, std::nullopt);
   std::vector<SessionId>& turn = turn_scratch_;
   while (n < max && progress) {
     progress = false;
     turn.clear();
-    const auto start = sessions_.upper_bound(last_served_);
+    const auto start = carry ? sessions_.lower_bound(*carry) : sessions_.upper_bound(last_served_);
+    const std::optional<SessionId> going_on = std::exchange(carry, std::nullopt);
     for (auto it = start; it != sessions_.end(); ++it) turn.push_back(it->first);
     for (auto it = sessions_.begin(); it != start; ++it) turn.push_back(it->first);
     for (SessionId id : turn) {
       if (n >= max) break;
       Session* s = find(id);
       if (!s) continue;  // failed earlier in this turn
-      s->deficit += config_.quantum_bytes;
+      if (id != going_on) s->deficit += config_.quantum_bytes;
       std::size_t served = 0;
+      bool empty = false;
       while (n < max && (served == 0 || s->deficit > 0)) {
         auto record = s->core.next(now);
         if (!record) {
           fail(id, record.error());
           break;
         }
-        if (!record.value()) break;
+        if (!record.value()) {
+          empty = true;
+          break;
+        }
         const DeliveredRecord& d = *record.value();
         out.push_back(TakenRecord{Delivery{id, d.payload, d.sequence}, d.end});
         // Charged by the ring space a record takes, so empty records are not free.
@@ -283,8 +292,10 @@ void OwnerCore::take_deliveries(std::size_t max, Clock::time_point now, std::vec
       if (served > 0) {
         progress = true;
         last_served_ = id;
-      } else if ((s = find(id))) {
-        s->deficit = 0;  // an idle session banks no allowance
+      }
+      if ((s = find(id))) {
+        if (empty) s->deficit = 0;  // an idle session banks no allowance, even after a record
+        else if (n >= max && s->deficit > 0) cut_turn_ = id;
       }
     }
   }
@@ -321,6 +332,9 @@ void OwnerCore::finish_deliveries(std::span<const TakenRecord> taken, std::size_
     ++counters_.handler_aborts;
     s->core.unread(r.end - span, r.delivery.sequence);
   }
+  // The turn the application interrupted goes on first: what it gave back comes again in the
+  // same order.
+  if (handled < taken.size()) cut_turn_ = taken[handled].delivery.session;
 }
 
 void OwnerCore::take_credits(std::vector<CreditPost>& out) {

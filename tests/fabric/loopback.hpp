@@ -1,51 +1,204 @@
-// A deterministic in-process fabric for tests: one producer core and one consumer core joined
-// by plain memory, with the ring owner's session table between them. It executes the cores'
-// work requests the way an RC QP does (in order) and places them as the ring MR's ordering
-// allows (in order; in any order with relaxed ordering, the immediate's completion still after
-// all of its QP's earlier payload). It lets a test hold back placements, delay completions and
-// immediates, kill the QP, resume through the session table (as RingOwner does: table.resume,
-// fence, begin_epoch; table.admit_connect) and replay old control messages, and it lets a test
-// break the rules on purpose (place_publish_first). A test instrument: the library never links
-// it.
+// A deterministic in-process fabric for tests: producer cores and the ring owner's OwnerCore
+// joined by plain memory. The owner side is an OwnerCore and nothing else (sessions, links,
+// fencing, credit decisions, delivery): this file only executes what it decides, the way
+// OwnerDataPlane does on verbs, so the tests exercise the very code the library runs.
+//
+// LoopbackOwner is the owner's process: its OwnerCore, one completion queue shared by every
+// session's QPs (receive completions carrying immediates, credit-write completions), dispatched
+// in order, and the log of the sessions the core ended. LoopbackFabric is one session: its ring
+// and tail MR, its producer core and staging, its QP. A single-session fabric makes its own
+// owner; several fabrics can share one (the multi-session mode).
+//
+// The fabric executes the producer's work requests the way an RC QP does (in order) and places
+// them as the ring MR's ordering allows (in order; in any order with relaxed ordering, the
+// immediate's completion still after all of its QP's earlier payload). It lets a test hold back
+// placements, delay completions and immediates, kill the QP, resume (OwnerCore::resume, zero
+// the fence's ranges, fence_done; admit_connect, on_established) and replay old control
+// messages, and it lets a test break the rules on purpose (place_publish_first,
+// inject_immediate). A test instrument: the library never links it.
 #pragma once
 
 #include <algorithm>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "rdmaring/consumer_core.hpp"
+#include "rdmaring/owner_core.hpp"
 #include "rdmaring/producer_core.hpp"
-#include "rdmaring/session_table.hpp"
 
 namespace rdmaring::test {
 
+class LoopbackFabric;
+
+// The owner's side: an OwnerCore and the completion queue its adapter polls.
+class LoopbackOwner {
+ public:
+  explicit LoopbackOwner(const OwnerConfig& config) : config_(config), core_((check(config), config)) {}
+  LoopbackOwner(const LoopbackOwner&) = delete;
+  LoopbackOwner& operator=(const LoopbackOwner&) = delete;
+
+  // The owner's clock: real time unless a test pins it.
+  std::optional<Clock::time_point> pinned_time;
+  Clock::time_point now() const { return pinned_time ? *pinned_time : Clock::now(); }
+
+  OwnerCore& core() { return core_; }
+  const OwnerCore& core() const { return core_; }
+  const OwnerConfig& config() const { return config_; }
+
+  // ---- the completion queue -------------------------------------------------------------------
+
+  struct Completion {
+    enum class Kind { receive, credit, error };
+    std::uint64_t qp = 0;
+    Kind kind = Kind::receive;
+    std::uint32_t imm = 0;
+    std::uint64_t wr_id = 0;
+  };
+  void push(const Completion& c) { cq_.push_back(c); }
+  std::size_t queued() const { return cq_.size(); }
+  std::size_t queued_receives() const {
+    return static_cast<std::size_t>(std::count_if(cq_.begin(), cq_.end(), [](const Completion& c) {
+      return c.kind == Completion::Kind::receive;
+    }));
+  }
+  std::uint64_t stale_completions() const { return stale_; }
+
+  // Dispatches up to `max` completions in order, as OwnerDataPlane::take_completions does: a
+  // completion of a QP that is gone (replaced, fenced, closed) is stale and dropped. Sessions
+  // the batch ended are torn down only after the whole batch.
+  std::size_t poll(std::size_t max = SIZE_MAX) {
+    std::size_t n = 0;
+    for (; n < max && !cq_.empty(); ++n) {
+      const Completion c = cq_.front();
+      cq_.pop_front();
+      const auto it = qps_.find(c.qp);
+      if (it == qps_.end()) {
+        ++stale_;
+        continue;
+      }
+      switch (c.kind) {
+        case Completion::Kind::receive: core_.on_immediate(it->second, c.imm); break;
+        case Completion::Kind::credit: core_.on_credit_completion(it->second, c.wr_id); break;
+        case Completion::Kind::error: core_.on_error_completion(it->second); break;
+      }
+    }
+    collect_closed();
+    return n;
+  }
+
+  // Mode tail: reads every session's tail MR (OwnerDataPlane::begin_poll).
+  void read_tails();
+
+  // ---- delivery -------------------------------------------------------------------------------
+
+  // take_deliveries: up to `max` records, the sessions in turn.
+  std::vector<TakenRecord> take(std::size_t max, Clock::time_point now) {
+    std::vector<TakenRecord> out;
+    core_.take_deliveries(max, now, out);
+    collect_closed();
+    return out;
+  }
+  std::vector<TakenRecord> take(std::size_t max) { return take(max, now()); }
+  // finish_deliveries, then the credit that became due (OwnerDataPlane::end_poll).
+  void finish(std::span<const TakenRecord> taken, std::size_t handled) {
+    core_.finish_deliveries(taken, handled);
+    post_credits();
+    collect_closed();
+  }
+  // A poll: take up to `max`, hand each to `handler` (returns HandlerAction, or void: consume),
+  // finish with what it handled. Returns how many were handled.
+  template <class Handler>
+  std::size_t deliver(std::size_t max, Handler&& handler, Clock::time_point now) {
+    const auto taken = take(max, now);
+    std::size_t handled = 0;
+    for (; handled < taken.size(); ++handled) {
+      if constexpr (std::is_void_v<decltype(handler(taken[handled].delivery))>) {
+        handler(taken[handled].delivery);
+      } else {
+        const HandlerAction a = handler(taken[handled].delivery);
+        if (a == HandlerAction::abort) break;
+        if (a == HandlerAction::stop) {
+          ++handled;
+          break;
+        }
+      }
+    }
+    finish(taken, handled);
+    return handled;
+  }
+  template <class Handler>
+  std::size_t deliver(std::size_t max, Handler&& handler) {
+    return deliver(max, std::forward<Handler>(handler), now());
+  }
+
+  // take_credits, each posted on the session's QP: the credit lands in the producer's credit
+  // MR when the QP is the producer's; a signaled one completes in the CQ.
+  void post_credits();
+
+  // ---- sessions ended ---------------------------------------------------------------------------
+
+  // take_closed, after each batch of events: the fabric drops the session's QP.
+  void collect_closed();
+  const std::vector<ClosedSession>& closed() const { return closed_; }
+  const ClosedSession* closed(SessionId id) const {
+    for (const ClosedSession& c : closed_)
+      if (c.session == id) return &c;
+    return nullptr;
+  }
+
+  std::uint64_t new_qp(SessionId id) {
+    qps_[++last_qp_] = id;
+    return last_qp_;
+  }
+  void destroy_qp(std::uint64_t qp) { qps_.erase(qp); }
+
+ private:
+  friend class LoopbackFabric;
+  static void check(const OwnerConfig& c) {
+    if (auto ok = c.validate(); !ok) throw std::invalid_argument("loopback owner: " + ok.error().message());
+  }
+
+  OwnerConfig config_;
+  OwnerCore core_;
+  std::deque<Completion> cq_;
+  std::map<std::uint64_t, SessionId> qps_;  // live QPs (dead ones too, until destroyed)
+  std::uint64_t last_qp_ = 0;
+  std::uint64_t stale_ = 0;
+  std::map<SessionId, LoopbackFabric*> fabrics_;
+  std::vector<ClosedSession> closed_;
+  std::vector<CreditPost> credit_scratch_;
+};
+
 class LoopbackFabric {
  public:
-  // `relaxed`: the ring MR has relaxed ordering (mode imm only, as RingOwnerOptions requires).
-  LoopbackFabric(wire::PublishMode mode, std::uint64_t ring_bytes, std::uint32_t max_record,
-                 ProducerConfig pc = {}, ConsumerConfig cc = {}, bool relaxed = false)
-      : mode_(mode),
+  // One session with an owner of its own. `relaxed`: the ring MR has relaxed ordering (mode imm
+  // only, as RingOwnerOptions requires). Leases never run out.
+  LoopbackFabric(wire::PublishMode mode, std::uint64_t ring_bytes, std::uint32_t max_record, ProducerConfig pc = {},
+                 ConsumerConfig cc = {}, bool relaxed = false)
+      : own_(std::make_unique<LoopbackOwner>(single_owner(mode, ring_bytes, max_record, cc))),
+        owner_(*own_),
         relaxed_(relaxed),
-        geometry_(RingGeometry::make(ring_bytes, max_record).value()),
-        staging_(ring_bytes),
-        ring_(ring_bytes),
-        producer_config_(pc),
-        table_(1, std::chrono::nanoseconds::zero()),
-        session_(table_.attach(SessionTable::Clock::time_point{}).value()),
-        producer(std::in_place, staging_, PeerRing{mode, geometry_, {}, cc.payload_check}, pc),
-        consumer(ring_, geometry_, mode, ResumePoint{}, 0, cc) {
-    if (relaxed && mode == wire::PublishMode::tail)
-      throw std::invalid_argument("relaxed ordering with mode tail: the ring owner refuses it");
-    // The first connection: the epoch-1 QP is admitted and established.
-    pending_connect_ = connect_request(1);
-    if (!connect().has_value() || !link_) throw std::logic_error("loopback: the first connect was refused");
-    established();
+        producer_config_(pc) {
+    open();
+  }
+  // One more session of a shared owner, in its mode, ring size and payload check.
+  explicit LoopbackFabric(LoopbackOwner& owner, ProducerConfig pc = {}, bool relaxed = false)
+      : owner_(owner), relaxed_(relaxed), producer_config_(pc) {
+    open();
+  }
+  LoopbackFabric(const LoopbackFabric&) = delete;
+  LoopbackFabric& operator=(const LoopbackFabric&) = delete;
+  ~LoopbackFabric() {
+    if (link_) owner_.destroy_qp(link_->qp);
+    owner_.fabrics_.erase(session_.id);
   }
 
   // ---- the data path ------------------------------------------------------------------------
@@ -73,6 +226,12 @@ class LoopbackFabric {
   bool place_one() {
     if (in_flight_.empty()) return false;
     InFlight& front = in_flight_.front();
+    if (!on_place && std::none_of(front.placed.begin(), front.placed.end(), [](bool b) { return b; }) &&
+        front.wr.kind != WorkRequest::Kind::write_tail) {
+      // Nobody watches the pieces land: the whole WRITE at once.
+      std::memcpy(ring_.data() + front.wr.remote_offset, staging_.data() + front.wr.local_offset, front.wr.length);
+      std::fill(front.placed.begin(), front.placed.end(), true);
+    }
     for (std::size_t c = 0; c < chunks(front.wr); ++c) place_chunk_of(front, c);
     if (front.wr.kind == WorkRequest::Kind::write_tail) place_tail(front);
     retire();
@@ -127,15 +286,15 @@ class LoopbackFabric {
   }
 
   // The producer's QP dies: whatever is still on the wire is lost (a relaxed WRITE may be left
-  // half placed), the producer gets a flush error if anything was outstanding, and the owner
-  // marks the link broken. Receive completions already generated stay in the owner's CQ: it
-  // still takes them until the next epoch fences the QP.
+  // half placed), the producer gets a flush error if anything was outstanding, and the owner is
+  // told the link broke (OwnerCore::on_link_broken). Receive completions already generated stay
+  // in the owner's CQ: it still takes them until the QP is destroyed (replaced or fenced).
   void drop() {
     if (dropped()) return;
     const bool outstanding = !in_flight_.empty() || producer->send_queue_outstanding() > 0;
     in_flight_.clear();
     link_->dead = true;
-    table_.on_broken(session_.id, link_->epoch);
+    owner_.core_.on_link_broken(session_.id);
     if (outstanding) complete_or_queue(Completion{0, false});
   }
   // Whether the producer has no live QP (it never connected in its epoch, or the QP died, or
@@ -178,7 +337,7 @@ class LoopbackFabric {
       case WorkRequest::Kind::write:
       case WorkRequest::Kind::write_with_imm:
         std::memcpy(ring_.data() + wr.remote_offset, staging_.data() + wr.local_offset, wr.length);
-        if (wr.kind == WorkRequest::Kind::write_with_imm) immediates_.push_back(wr.imm);
+        if (wr.kind == WorkRequest::Kind::write_with_imm) receive(wr.imm);
         break;
       case WorkRequest::Kind::write_tail:
         std::memcpy(tail_mr_.data(), wr.tail.data(), wr.tail.size());
@@ -187,41 +346,81 @@ class LoopbackFabric {
     if (wr.slot.signaled) complete_or_queue(Completion{wr.slot.wr_id, true});
   }
 
-  // Feeds publish events to the consumer and credit back to the producer, as the adapters do.
-  void deliver_publishes() {
-    while (!immediates_.empty()) {
-      REQUIRE(consumer.on_immediate(immediates_.front()));
-      immediates_.pop_front();
-    }
-    if (consumer_mode() == wire::PublishMode::tail)
-      REQUIRE(consumer.on_tail(std::span<const std::byte, wire::kTailRecordSize>(tail_mr_)));
+  // A receive completion with `imm` on this session's QP, as if the producer had sent it (for
+  // tests that break the rules).
+  void inject_immediate(std::uint32_t imm) {
+    if (!link_) throw std::logic_error("loopback: no QP to inject an immediate on");
+    owner_.push({link_->qp, LoopbackOwner::Completion::Kind::receive, imm, 0});
   }
-  // The same without Catch: at most `max` immediates (late ones stay queued), then the tail MR.
-  Result<void> take_publishes(std::size_t max = SIZE_MAX) {
-    for (std::size_t n = 0; n < max && !immediates_.empty(); ++n) {
-      const std::uint32_t imm = immediates_.front();
-      immediates_.pop_front();
-      BOOST_OUTCOME_TRYV(consumer.on_immediate(imm));
-    }
-    if (consumer_mode() == wire::PublishMode::tail)
-      return consumer.on_tail(std::span<const std::byte, wire::kTailRecordSize>(tail_mr_));
-    return success();
-  }
-  std::size_t immediates_queued() const { return immediates_.size(); }
 
-  // Credit write-backs go out only over an established, live link (RingOwner::return_credit);
-  // the producer polls its credit MR either way.
+  // The owner takes its completions (the shared CQ) and, in mode tail, reads this session's
+  // tail MR; then the credit that is due goes out. REQUIREs that this session survives.
+  void deliver_publishes() {
+    const auto ok = take_publishes();
+    if (!ok) FAIL(ok.error().message());
+  }
+  // The same without Catch: at most `max` completions (late ones stay queued), then the tail
+  // MR. Errors: this session was closed (the core's reason and message).
+  Result<void> take_publishes(std::size_t max = SIZE_MAX) {
+    owner_.poll(max);
+    if (mode() == wire::PublishMode::tail && !closed())
+      owner_.core_.on_tail(session_.id, std::span<const std::byte, wire::kTailRecordSize>(tail_mr_));
+    owner_.collect_closed();
+    return alive();
+  }
+  std::size_t immediates_queued() const { return owner_.queued_receives(); }
+
+  // The owner posts the credit due (OwnerCore::take_credits) over whatever QP the core says is
+  // live; the producer polls its credit MR either way.
   void return_credit() {
-    if (link_ && link_->producer && link_->established && !link_->dead) {
-      while (auto credit = consumer.take_credit()) {
-        credit_mr_ = credit->bytes;
-        if (credit->slot.signaled) consumer.on_completion(credit->slot.wr_id, true);
-      }
-    }
+    owner_.post_credits();
+    owner_.collect_closed();
     producer->on_credit(credit_mr_);
   }
 
-  // ---- the control plane: the ring owner's session table ------------------------------------
+  // ---- delivery, as the application sees it --------------------------------------------------
+
+  std::vector<TakenRecord> take(std::size_t max, Clock::time_point now) { return owner_.take(max, now); }
+  std::vector<TakenRecord> take(std::size_t max) { return owner_.take(max); }
+  void finish(std::span<const TakenRecord> taken, std::size_t handled) { owner_.finish(taken, handled); }
+  template <class Handler>
+  std::size_t deliver(std::size_t max, Handler&& handler, Clock::time_point now) {
+    return owner_.deliver(max, std::forward<Handler>(handler), now);
+  }
+  template <class Handler>
+  std::size_t deliver(std::size_t max, Handler&& handler) {
+    return owner_.deliver(max, std::forward<Handler>(handler));
+  }
+  // The next record of this session, taken (being consumed until finished), or none. Errors:
+  // the owner closed the session (its reason's message): a protocol violation shows here.
+  Result<std::optional<TakenRecord>> next(Clock::time_point now) {
+    BOOST_OUTCOME_TRYV(alive());
+    auto t = take(1, now);
+    BOOST_OUTCOME_TRYV(alive());
+    if (t.empty()) return std::optional<TakenRecord>{};
+    if (t[0].delivery.session != session_.id)
+      throw std::logic_error("loopback: next() on a fabric that shares its owner took another session's record");
+    return std::optional<TakenRecord>{t[0]};
+  }
+  Result<std::optional<TakenRecord>> next() { return next(owner_.now()); }
+
+  // This session's consumer core, in the owner (throws once the session is closed).
+  const ConsumerCore& consumer() const {
+    const ConsumerCore* c = owner_.core_.consumer(session_.id);
+    if (!c) throw std::logic_error("loopback: session " + std::to_string(session_.id) + " is closed");
+    return *c;
+  }
+  bool closed() const { return owner_.core_.consumer(session_.id) == nullptr; }
+  // Ok while the session lives; else the owner's verdict (protocol_violation for one).
+  Result<void> alive() const {
+    if (!closed()) return success();
+    const ClosedSession* c = owner_.closed(session_.id);
+    if (c && c->reason == CloseReason::protocol_violation) return make_error(errc::protocol_violation, c->message);
+    return make_error(errc::unknown_session, "session " + std::to_string(session_.id) + " closed" +
+                                                 (c ? std::string(": ") + to_string(c->reason) + " " + c->message : ""));
+  }
+
+  // ---- the control plane --------------------------------------------------------------------
 
   // A resume request as the control channel carries it.
   struct Request {
@@ -239,34 +438,51 @@ class LoopbackFabric {
     return wire::ConnectData{session_.id, epoch, make_proof(session_.secret, ProofPurpose::connect, session_.id, epoch),
                              0x1000, 7};
   }
-
-  // RingOwner's Service::resume for a known session: table.resume, then fence the epoch (drop
-  // the QP, discard its completions, zero what the producer writes again, re-register: old
-  // rkeys and tail record gone) and begin the next one. Returns the grant's resume point.
-  // Every request is logged, for replays.
-  Result<ResumePoint> owner_resume(const Request& r) {
-    resumes_sent_.push_back(r);
-    BOOST_OUTCOME_TRY(epoch, table_.resume(r.who(), SessionTable::Clock::time_point{}));
-    fence();
-    return consumer.begin_epoch(epoch);
+  Credentials credentials(ProofPurpose purpose, std::uint64_t epoch) {
+    proof_scratch_ = make_proof(session_.secret, purpose, session_.id, epoch);
+    return Credentials{session_.id, epoch, proof_scratch_};
   }
 
-  // RingOwner's on_connect_request: table.admit_connect, then the new QP replaces the link.
-  // `from_producer`: false for a replayed request (the QP is someone else's: the producer's
-  // link, if any, is dropped and nothing is ever posted on the new one). Logged, for replays.
+  // OwnerDataPlane::resume, first half: OwnerCore::resume fences the epoch; the QP is destroyed
+  // (its completions still in the CQ are stale), the tail MR zeroed (its last record kept here
+  // as a replay) and the fence's ranges zeroed. Connect requests stay refused until
+  // end_fence(). Every request is logged, for replays.
+  Result<Fence> begin_fence(const Request& r) {
+    resumes_sent_.push_back(r);
+    BOOST_OUTCOME_TRY(f, owner_.core_.resume(r.who(), owner_.now()));
+    drop_link();
+    old_tails_.push_back(tail_mr_);
+    tail_mr_ = {};
+    for (const ByteRange& z : f.zero) std::memset(ring_.data() + z.offset, 0, z.length);
+    return f;
+  }
+  // ... and the second half: re-registered (new rkeys: nothing to do in memory), fence_done.
+  void end_fence() { owner_.core_.fence_done(session_.id); }
+
+  // The whole of OwnerDataPlane::resume for a known session. Returns the grant's resume point.
+  Result<ResumePoint> owner_resume(const Request& r) {
+    BOOST_OUTCOME_TRY(f, begin_fence(r));
+    end_fence();
+    return f.at;
+  }
+
+  // OwnerDataPlane::on_connect_request: OwnerCore::admit_connect, then the new QP replaces any
+  // earlier one. `from_producer`: false for a replayed request (the QP is someone else's: the
+  // producer's link, if any, is dropped and nothing it posts lands). Logged, for replays.
   Result<void> owner_connect(const wire::ConnectData& c, bool from_producer) {
     connects_sent_.push_back(c);
-    BOOST_OUTCOME_TRYV(table_.admit_connect(c, SessionTable::Clock::time_point{}));
+    BOOST_OUTCOME_TRYV(owner_.core_.admit_connect(c, owner_.now()));
     drop_link();
-    link_ = Link{c.epoch, from_producer, false, false};
+    link_ = Link{owner_.new_qp(session_.id), c.epoch, from_producer, false, false};
     return success();
   }
 
-  // ESTABLISHED at the owner for the current link: table.on_connected (ends the retry window).
+  // The CM's ESTABLISHED event for the current QP (once per QP; none for a dead one) reaches the
+  // owner: OwnerCore::on_established.
   bool established() {
     if (!link_ || link_->dead || link_->established) return false;
     link_->established = true;
-    table_.on_connected(session_.id);
+    owner_.core_.on_established(session_.id);
     return true;
   }
 
@@ -282,7 +498,7 @@ class LoopbackFabric {
   void producer_restart(const ResumePoint& at) {
     std::fill(staging_.begin(), staging_.end(), std::byte{0});
     const wire::PayloadCheck check = producer->peer().payload_check;  // the ring's, as granted
-    producer.emplace(staging_, PeerRing{consumer_mode(), geometry_, at, check}, producer_config_);
+    producer.emplace(staging_, PeerRing{mode(), geometry(), at, check}, producer_config_);
     completions_.clear();
     credit_mr_ = {};  // a new process registers a new credit MR
     pending_connect_ = connect_request(at.epoch);
@@ -319,7 +535,7 @@ class LoopbackFabric {
 
   const std::vector<Request>& resumes_sent() const { return resumes_sent_; }
   const std::vector<wire::ConnectData>& connects_sent() const { return connects_sent_; }
-  const SessionTable& table() const { return table_; }
+  const SessionTable& table() const { return owner_.core_.table(); }
   SessionId session() const { return session_.id; }
   std::optional<std::uint64_t> link_epoch() const {
     return link_ ? std::optional<std::uint64_t>(link_->epoch) : std::nullopt;
@@ -332,7 +548,12 @@ class LoopbackFabric {
     return old_tails_.front();
   }
 
-  wire::PublishMode consumer_mode() const { return mode_; }
+  LoopbackOwner& owner() { return owner_; }
+  const LoopbackOwner& owner() const { return owner_; }
+  OwnerCore& core() { return owner_.core_; }
+  const OwnerCore& core() const { return owner_.core_; }
+  wire::PublishMode consumer_mode() const { return mode(); }
+  wire::PublishMode mode() const { return owner_.config_.mode; }
   bool relaxed() const { return relaxed_; }
   const RingGeometry& geometry() const { return geometry_; }
   // Called with each piece of a work request as it is placed, before its bytes land (for
@@ -352,6 +573,7 @@ class LoopbackFabric {
   const Stats& stats() const { return stats_; }
 
  private:
+  friend class LoopbackOwner;
   struct InFlight {
     WorkRequest wr;
     std::vector<bool> placed;  // per 64-byte piece of the payload (the tail record: one piece)
@@ -360,12 +582,43 @@ class LoopbackFabric {
     std::uint64_t wr_id;
     bool ok;
   };
+  // The session's QP, as the transport knows it (OwnerCore keeps its own view of the link).
   struct Link {
+    std::uint64_t qp;
     std::uint64_t epoch;
-    bool producer;  // the producer's QP, or one admitted for a replayed request
-    bool dead;
-    bool established;
+    bool producer;     // the producer's QP, or one admitted for a replayed request
+    bool dead;         // the QP is in the error state
+    bool established;  // its ESTABLISHED event was delivered
   };
+
+  static OwnerConfig single_owner(wire::PublishMode mode, std::uint64_t ring_bytes, std::uint32_t max_record,
+                                  const ConsumerConfig& cc) {
+    OwnerConfig c;
+    c.ring_bytes = ring_bytes;
+    c.max_record = max_record;
+    c.mode = mode;
+    c.max_sessions = 1;
+    c.lease = std::chrono::nanoseconds::zero();
+    c.core = cc;
+    return c;
+  }
+
+  void open() {
+    if (relaxed_ && mode() == wire::PublishMode::tail)
+      throw std::invalid_argument("relaxed ordering with mode tail: the ring owner refuses it");
+    geometry_ = RingGeometry::make(owner_.config_.ring_bytes, owner_.config_.max_record).value();
+    staging_.assign(geometry_.bytes, std::byte{0});
+    ring_.assign(geometry_.bytes, std::byte{0});
+    auto entry = owner_.core_.attach(ring_, owner_.now());
+    if (!entry) throw std::runtime_error("loopback: attach refused: " + entry.error().message());
+    session_ = entry.value();
+    owner_.fabrics_[session_.id] = this;
+    producer.emplace(staging_, PeerRing{mode(), geometry_, {}, owner_.config_.core.payload_check}, producer_config_);
+    // The first connection: the epoch-1 QP is admitted and established.
+    pending_connect_ = connect_request(1);
+    if (!connect().has_value() || !link_) throw std::logic_error("loopback: the first connect was refused");
+    established();
+  }
 
   static std::size_t chunks(const WorkRequest& wr) {
     if (wr.kind == WorkRequest::Kind::write_tail) return 0;
@@ -396,14 +649,18 @@ class LoopbackFabric {
   }
   static bool fully_placed(const InFlight& f) { return std::all_of(f.placed.begin(), f.placed.end(), [](bool b) { return b; }); }
   // Completes, in posting order, every WR at the front that is fully placed: a WRITE_WITH_IMM's
-  // receive completion (the immediate) and the send completions of signaled WRs.
+  // receive completion (the immediate, into the owner's CQ) and the send completions of
+  // signaled WRs.
   void retire() {
     while (!in_flight_.empty() && fully_placed(in_flight_.front())) {
       const WorkRequest wr = in_flight_.front().wr;
       in_flight_.pop_front();
-      if (wr.kind == WorkRequest::Kind::write_with_imm) immediates_.push_back(wr.imm);
+      if (wr.kind == WorkRequest::Kind::write_with_imm) receive(wr.imm);
       if (wr.slot.signaled) complete_or_queue(Completion{wr.slot.wr_id, true});
     }
+  }
+  void receive(std::uint32_t imm) {
+    if (link_) owner_.push({link_->qp, LoopbackOwner::Completion::Kind::receive, imm, 0});
   }
   void complete_or_queue(const Completion& c) {
     if (delay_completions_) {
@@ -413,7 +670,16 @@ class LoopbackFabric {
     }
   }
 
-  // RingOwner::State::drop_link: the QP is destroyed; what is still on its wire never lands.
+  // A credit write the core posted on this session's QP.
+  void post_credit(const CreditPost& c) {
+    // The core posts only on a live link: the transport's QP must be there and alive.
+    if (!link_ || link_->dead) throw std::logic_error("loopback: OwnerCore posted credit on no live QP");
+    if (link_->producer) credit_mr_ = c.write.bytes;
+    if (c.write.slot.signaled) owner_.push({link_->qp, LoopbackOwner::Completion::Kind::credit, 0, c.write.slot.wr_id});
+  }
+
+  // OwnerDataPlane::drop_link: the QP is destroyed; what is still on its wire never lands, and
+  // its completions still in the CQ are stale.
   void drop_link() {
     if (!link_) return;
     if (link_->producer && !link_->dead) {
@@ -421,47 +687,59 @@ class LoopbackFabric {
       if (outstanding) complete_or_queue(Completion{0, false});
     }
     in_flight_.clear();
+    owner_.destroy_qp(link_->qp);
     link_.reset();
   }
-  // RingOwner::State::fence: drop_link, the old QP's completions are stale (its immediates are
-  // never taken), forget_unread (zero [head, released + ring)), re-register (the tail MR is
-  // zeroed; its last record is kept here as a replay).
-  void fence() {
-    drop_link();
-    immediates_.clear();
-    const auto l = consumer.ledger();
-    for (std::uint64_t pos = l.head; pos < l.released + geometry_.bytes; pos += wire::kRecordAlign)
-      std::memset(ring_.data() + geometry_.offset(pos), 0, wire::kRecordAlign);
-    old_tails_.push_back(tail_mr_);
-    tail_mr_ = {};
-  }
 
-  wire::PublishMode mode_;
+  std::unique_ptr<LoopbackOwner> own_;
+  LoopbackOwner& owner_;
   bool relaxed_;
-  RingGeometry geometry_;
+  ProducerConfig producer_config_;
+  RingGeometry geometry_{};
   std::vector<std::byte> staging_;
   std::vector<std::byte> ring_;
   std::array<std::byte, wire::kTailRecordSize> tail_mr_{};
   std::array<std::byte, wire::kCreditRecordSize> credit_mr_{};
   std::deque<InFlight> in_flight_;
-  std::deque<std::uint32_t> immediates_;
   std::deque<Completion> completions_;
   std::vector<std::array<std::byte, wire::kTailRecordSize>> old_tails_;
   bool hold_ = false;
   bool delay_completions_ = false;
   Stats stats_;
-  ProducerConfig producer_config_;
 
-  SessionTable table_;
   SessionEntry session_;
   std::optional<Link> link_;
   std::optional<wire::ConnectData> pending_connect_;
   std::vector<Request> resumes_sent_;
   std::vector<wire::ConnectData> connects_sent_;
+  Proof proof_scratch_{};
 
  public:
   std::optional<ProducerCore> producer;
-  ConsumerCore consumer;
 };
+
+inline void LoopbackOwner::read_tails() {
+  if (config_.mode != wire::PublishMode::tail) return;
+  for (auto& [id, f] : fabrics_)
+    if (core_.consumer(id)) core_.on_tail(id, std::span<const std::byte, wire::kTailRecordSize>(f->tail_mr_));
+  collect_closed();
+}
+
+inline void LoopbackOwner::post_credits() {
+  credit_scratch_.clear();
+  core_.take_credits(credit_scratch_);
+  for (const CreditPost& c : credit_scratch_) {
+    const auto it = fabrics_.find(c.session);
+    if (it == fabrics_.end()) throw std::logic_error("loopback: credit for a session with no fabric");
+    it->second->post_credit(c);
+  }
+}
+
+inline void LoopbackOwner::collect_closed() {
+  for (ClosedSession& c : core_.take_closed()) {
+    if (const auto it = fabrics_.find(c.session); it != fabrics_.end()) it->second->drop_link();
+    closed_.push_back(std::move(c));
+  }
+}
 
 }  // namespace rdmaring::test

@@ -1,9 +1,9 @@
-// Properties of the producer and consumer cores under adversarial schedules, driven through the
-// loopback fabric and the ring owner's real SessionTable: placements held back, done one WR or
+// Properties of the producer core and the ring owner's OwnerCore under adversarial schedules,
+// driven through the loopback fabric: placements held back, done one WR or
 // one 64-byte piece at a time (in any order where the ring MR has relaxed ordering, the
 // immediate's completion still last), send completions and immediates delivered late, the QP
-// dropped at any step, resumes through table.resume / admit_connect (replies lost, connects
-// late), producer restarts, and old or duplicated control messages replayed. Whatever the
+// dropped at any step, resumes through OwnerCore::resume / admit_connect (replies lost,
+// connects late), producer restarts, and old or duplicated control messages replayed. Whatever the
 // schedule: every record is delivered exactly once, in order, checksum-valid, with the bytes it
 // was sent with; no write lands on ring bytes the consumer has not released, and a record held
 // by the application keeps its bytes until released; both ledgers are consistent after every
@@ -171,7 +171,7 @@ class Harness {
       if (overlaps_unreleased(wr)) {
         overwrote_ = true;
         RC_LOG() << "    !! placed ring[" << wr.remote_offset << ", " << wr.remote_offset + wr.length
-                 << ") over unreleased bytes: " << to_string(f_.consumer.ledger()) << '\n';
+                 << ") over unreleased bytes: " << to_string(f_.consumer().ledger()) << '\n';
       }
     };
   }
@@ -208,7 +208,7 @@ class Harness {
       case Op::publish_one: {
         const auto ok = f_.take_publishes(s.op == Op::publish ? SIZE_MAX : 1);
         if (!ok) RC_FAIL("publish refused: " + ok.error().message());
-        d << "published " << f_.consumer.ledger().published;
+        d << "published " << f_.consumer().ledger().published;
         break;
       }
       case Op::consume: d << consume(3, false) << " delivered"; break;
@@ -264,7 +264,9 @@ class Harness {
       case Op::replay_tail:
         if (const auto old = f_.old_tail(); o_.mode == wire::PublishMode::tail && old) {
           const Snapshot before = snapshot();
-          RC_ASSERT(f_.consumer.on_tail(*old).has_value());
+          f_.core().on_tail(f_.session(), *old);
+          f_.owner().collect_closed();
+          RC_ASSERT(f_.alive().has_value());
           RC_ASSERT(same_everything(before, snapshot()));  // a stale epoch changes nothing
           d << "ignored";
         }
@@ -320,7 +322,7 @@ class Harness {
     }
     if (expect_ != next_send_)
       RC_FAIL("delivered up to sequence " + std::to_string(expect_) + " of " + std::to_string(next_send_) +
-              "; producer " + to_string(f_.producer->ledger()) + ", consumer " + to_string(f_.consumer.ledger()));
+              "; producer " + to_string(f_.producer->ledger()) + ", consumer " + to_string(f_.consumer().ledger()));
   }
 
   bool wedged() const { return wedged_; }
@@ -341,7 +343,7 @@ class Harness {
   // Ring bytes the consumer has not released and that are published in its current epoch.
   bool overlaps_unreleased(const WorkRequest& wr) const {
     if (wr.kind == WorkRequest::Kind::write_tail || wr.length == 0) return false;
-    const auto l = f_.consumer.ledger();
+    const auto l = f_.consumer().ledger();
     for (std::uint64_t pos = l.released; pos < l.published; pos += wire::kRecordAlign) {
       const std::uint64_t off = pos & (kRing - 1);
       if (off >= wr.remote_offset && off < wr.remote_offset + wr.length) return true;
@@ -365,38 +367,43 @@ class Harness {
       RC_FAIL(std::string(when) + ": the bytes of sequence " + std::to_string(seq) + " changed");
   }
 
+  // The application polls: take_deliveries up to `max`, each record checked; held, or handled
+  // at once (finish_deliveries) with everything held before it.
   std::size_t consume(std::size_t max, bool hold) {
-    std::size_t n = 0;
-    for (; n < max; ++n) {
-      auto r = f_.consumer.next(Clock::now());
-      if (!r) RC_FAIL("next(): " + r.error().message());
-      if (!r.value()) break;
-      const DeliveredRecord& rec = *r.value();
+    auto taken = f_.take(max);
+    if (const auto ok = f_.alive(); !ok) RC_FAIL("take_deliveries: " + ok.error().message());
+    for (const TakenRecord& t : taken) {
+      const Delivery& rec = t.delivery;
+      RC_ASSERT(rec.session == f_.session());
       if (rec.sequence != expect_)
         RC_FAIL("delivered sequence " + std::to_string(rec.sequence) + ", expected " + std::to_string(expect_));
-      const std::uint64_t start = rec.end - wire::record_span(rec.payload.size());
-      check_record(expect_, start, rec.end, "at delivery");
-      held_.push_back(Held{expect_, start, rec.end});
+      const std::uint64_t start = t.end - wire::record_span(rec.payload.size());
+      check_record(expect_, start, t.end, "at delivery");
+      held_.push_back(Held{expect_, start, t.end});
       ++expect_;
-      if (!hold) release_held();
     }
+    const std::size_t n = taken.size();
+    if (n > 0) polls_.push_back(std::move(taken));
+    if (!hold) release_held();
     return n;
   }
 
-  // Releases every held record, after checking that its bytes stayed as delivered.
+  // Releases every held record (finish_deliveries of each poll, all handled), after checking
+  // that its bytes stayed as delivered.
   std::size_t release_held() {
     if (held_.empty()) return 0;
     for (const Held& h : held_) check_record(h.sequence, h.start, h.end, "while held");
-    const auto ok = f_.consumer.release(held_.back().end);
-    if (!ok) RC_FAIL("release: " + ok.error().message());
+    for (const auto& poll : polls_) f_.finish(poll, poll.size());
+    if (const auto ok = f_.alive(); !ok) RC_FAIL("release: " + ok.error().message());
     const std::size_t n = held_.size();
     held_.clear();
+    polls_.clear();
     return n;
   }
 
   void check_ledgers() const {
     const auto p = f_.producer->ledger();
-    const auto c = f_.consumer.ledger();
+    const auto c = f_.consumer().ledger();
     const bool producer_ok = p.released <= p.published && p.published <= p.committed && p.committed <= p.claimed &&
                              p.claimed <= p.released + kRing;
     const bool consumer_ok = c.credited <= c.released && c.released <= c.delivered && c.delivered <= c.head &&
@@ -413,10 +420,10 @@ class Harness {
     const SessionEntry* e = f_.table().find(f_.session());
     RC_ASSERT(e != nullptr);
     return Snapshot{std::vector<std::byte>(f_.ring().begin(), f_.ring().end()),
-                    f_.consumer.ledger(),
+                    f_.consumer().ledger(),
                     f_.producer->ledger(),
-                    f_.consumer.epoch(),
-                    f_.consumer.next_sequence(),
+                    f_.consumer().epoch(),
+                    f_.consumer().next_sequence(),
                     f_.producer->epoch(),
                     e->epoch,
                     e->state,
@@ -523,6 +530,7 @@ class Harness {
   LoopbackFabric f_;
   SessionRef ref_;
   std::vector<Held> held_;
+  std::vector<std::vector<TakenRecord>> polls_;  // taken, not yet finished (held_'s records)
   std::uint64_t next_send_ = 0, expect_ = 0;
   bool overwrote_ = false;
   bool wedged_ = false;

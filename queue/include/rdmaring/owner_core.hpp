@@ -229,6 +229,7 @@ class OwnerCore {
   SessionTable table_;
   std::map<SessionId, Session> sessions_;
   SessionId last_served_ = 0;  // round robin: the next turn starts after this session
+  std::optional<SessionId> cut_turn_;  // whose turn the last take_deliveries' max cut short
   std::vector<ClosedSession> closed_;
   std::vector<SessionId> broken_;
   std::vector<SessionId> turn_scratch_;
