@@ -255,9 +255,8 @@ void OwnerDataPlane::post_credits() {
   core_.take_credits(credit_scratch_);
   for (const CreditPost& c : credit_scratch_) {
     SessionRing* r = ring_of(c.session);
-    if (!r || !r->link || !r->link->qp) continue;
-    bool refused = false;
-    if (!faults_.empty()) {
+    bool refused = !r || !r->link || !r->link->qp;  // the core and this side disagree: treat as refused
+    if (!faults_.empty() && !refused) {
       const auto f = faults_.find(c.session);
       if (f != faults_.end() && f->second == Fault::refuse_next_credit_post) {
         refused = true;
