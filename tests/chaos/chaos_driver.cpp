@@ -8,8 +8,10 @@
 // 2 usage, 77 not in the guest (testhosts needs it).
 //
 // rdmaring-chaos [--events N] [--seed S] [--producers P] [--mode imm|tail] [--out DIR]
-//                [--schedule FILE] [--disable KIND,...] [--only KIND,...] [--rate-hz R]
-//                [--recover-timeout S] [--replay-command TEXT]
+//                [--schedule FILE | --regressions FILE] [--disable KIND,...] [--only KIND,...]
+//                [--rate-hz R] [--recover-timeout S] [--replay-command TEXT]
+// --regressions FILE runs each seed the file lists (README.md: "Regression seeds") with the same
+// options, then the run's own seed; results go to OUT/seed-S per run.
 // Kinds: producer-kill owner-restart link-short link-long netem qp-error stale-rkey replay
 // control-cut (README.md: what each does and what recovery means for it).
 #include <arpa/inet.h>
@@ -32,6 +34,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
@@ -1259,6 +1262,29 @@ std::set<Kind> parse_kinds(const std::string& list) {
   return out;
 }
 
+// One seed per line, each with a `#` comment saying what it found; blank and comment-only lines
+// are skipped. A seed without its comment is refused: the file is the record of why it is there.
+std::vector<std::uint64_t> read_regressions(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw std::invalid_argument("cannot read " + path);
+  std::vector<std::uint64_t> seeds;
+  std::string line;
+  for (int number = 1; std::getline(f, line); ++number) {
+    const auto hash = line.find('#');
+    std::istringstream in(line.substr(0, hash));
+    std::string word, more;
+    if (!(in >> word)) continue;
+    const std::string where = path + ":" + std::to_string(number) + ": ";
+    std::uint64_t seed = 0;
+    const char* end = word.data() + word.size();
+    if (const auto [ptr, ec] = std::from_chars(word.data(), end, seed); ec != std::errc{} || ptr != end || in >> more)
+      throw std::invalid_argument(where + "not one seed: " + line);
+    if (hash == std::string::npos) throw std::invalid_argument(where + "seed " + word + " has no comment saying what it found");
+    seeds.push_back(seed);
+  }
+  return seeds;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1267,6 +1293,8 @@ int main(int argc, char** argv) {
   std::optional<std::uint64_t> seed;
   if (const char* s = std::getenv("RDMARING_CHAOS_SEED"); s && *s) seed = std::stoull(s);
   c.replay_command = argv[0];
+  std::string regressions_file;
+  std::vector<std::uint64_t> regressions;
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string k = argv[i];
@@ -1278,6 +1306,7 @@ int main(int argc, char** argv) {
       else if (k == "--mode") c.mode = v;
       else if (k == "--out") c.out_dir = v;
       else if (k == "--schedule") c.schedule_file = v;
+      else if (k == "--regressions") regressions_file = v;
       else if (k == "--disable") for (Kind d : parse_kinds(v)) c.kinds.erase(d);
       else if (k == "--only") c.kinds = parse_kinds(v);
       else if (k == "--rate-hz") c.rate_hz = std::stoi(v);
@@ -1308,6 +1337,11 @@ int main(int argc, char** argv) {
     if (c.producers < 1 || c.producers > 200) throw std::invalid_argument("--producers 1..200");
     if (c.mode != "imm" && c.mode != "tail") throw std::invalid_argument("--mode imm|tail");
     if (c.kinds.empty()) throw std::invalid_argument("no kind of fault left");
+    if (!regressions_file.empty()) {
+      if (!c.schedule_file.empty()) throw std::invalid_argument("--schedule replays one schedule: no --regressions with it");
+      // Read before the guest check: a malformed file fails wherever the test runs.
+      regressions = read_regressions(regressions_file);
+    }
   } catch (const std::exception& e) {
     std::cerr << "rdmaring-chaos: " << e.what() << "\n";
     return 2;
@@ -1318,10 +1352,16 @@ int main(int argc, char** argv) {
     return 77;
   }
   if (!seed) seed = std::random_device{}() ^ (static_cast<std::uint64_t>(std::random_device{}()) << 32);
-  c.seed = *seed;
-  if (c.out_dir.empty()) c.out_dir = fs::absolute("chaos-out/seed-" + std::to_string(c.seed)).string();
-  std::vector<Event> schedule;
+  signal(SIGPIPE, SIG_IGN);
+  auto out_dir_for = [&, out = c.out_dir](std::uint64_t s) {
+    const std::string leaf = "seed-" + std::to_string(s);
+    if (out.empty()) return fs::absolute("chaos-out/" + leaf).string();
+    return regressions_file.empty() ? out : out + "/" + leaf;
+  };
   if (!c.schedule_file.empty()) {
+    c.seed = *seed;
+    c.out_dir = out_dir_for(c.seed);
+    std::vector<Event> schedule;
     std::ifstream f(c.schedule_file);
     if (!f) {
       std::cerr << "rdmaring-chaos: cannot read " << c.schedule_file << "\n";
@@ -1341,10 +1381,25 @@ int main(int argc, char** argv) {
       if (!c.kinds.count(e->kind)) continue;
       schedule.push_back(*e);
     }
-  } else {
-    schedule = make_schedule(c);
+    Run chaos(c, schedule);
+    return chaos.execute();
   }
-  signal(SIGPIPE, SIG_IGN);
-  Run chaos(c, schedule);
-  return chaos.execute();
+  // The seeds that failed before come first, with the same options: a failure among them is a
+  // known bug come back, told apart from whatever the fresh seed finds.
+  if (!regressions_file.empty()) {
+    std::cout << "rdmaring-chaos: seed " << *seed << ", after " << regressions.size() << " regression seed"
+              << (regressions.size() == 1 ? "" : "s") << " from " << regressions_file;
+    for (std::size_t i = 0; i < regressions.size(); ++i) std::cout << (i ? ", " : ": ") << regressions[i];
+    std::cout << std::endl;
+  }
+  std::vector<std::uint64_t> seeds = regressions;
+  seeds.push_back(*seed);
+  for (const std::uint64_t s : seeds) {
+    c.seed = s;
+    c.out_dir = out_dir_for(s);
+    Run chaos(c, make_schedule(c));
+    // One failure fails the run; the seeds after it would only add time.
+    if (const int status = chaos.execute(); status != 0) return status;
+  }
+  return 0;
 }
