@@ -334,6 +334,10 @@ std::string RingOwner::metrics() const {
                                   {"no_capacity", t.refused_capacity}})
     m.counter("owner_refusals_total", "Control messages and connect requests refused", n, {{"reason", reason}});
   m.counter("owner_connect_refused_total", "Connect requests rejected", s.connect_refused);
+  m.counter("owner_handler_give_backs_total", "Records a poll left for the next (abort, stop, a handler that threw), per session",
+            s.handler_aborts);
+  m.counter("owner_credit_post_failures_total", "Credit posts a session's QP refused (its link broke)",
+            s.credit_post_failures);
   m.counter("owner_control_calls_total", "Control-channel calls served", s.control_calls);
   m.counter("owner_records_total", "Records delivered", s.rings.records);
   m.counter("owner_payload_bytes_total", "Payload bytes delivered", s.rings.payload_bytes);

@@ -254,8 +254,9 @@ TEST_CASE("tail mode: a misaligned tail and a tail past the credit are refused b
   const auto refusal = [](std::uint64_t tail) {
     LoopbackFabric f(wire::PublishMode::tail, 4096, 1024);
     std::array<std::byte, wire::kTailRecordSize> t{};
-    wire::encode(wire::TailRecord{f.consumer.epoch(), tail, 0, 0}, t);
-    const auto r = f.consumer.on_tail(t);
+    wire::encode(wire::TailRecord{f.consumer().epoch(), tail, 0, 0}, t);
+    f.core().on_tail(f.session(), t);
+    const auto r = f.alive();
     REQUIRE_FALSE(r);
     CHECK(r.error() == errc::protocol_violation);
     return r.error().message();

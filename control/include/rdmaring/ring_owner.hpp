@@ -87,7 +87,7 @@ struct RingOwnerStats {
   std::uint64_t control_calls = 0;
   std::uint64_t control_task_failures = 0;  // control-thread tasks (listener, rdma_cm, leases) that failed
   std::uint64_t restore_gaps = 0;        // restores where the producer no longer held every unprocessed record
-  std::uint64_t handler_aborts = 0;      // polls that gave records back (abort, or a handler that threw)
+  std::uint64_t handler_aborts = 0;      // give-backs: a poll left a session's records for the next (abort, stop, a throw)
   std::uint64_t connect_refused = 0;     // connect requests refused (any reason in `sessions`)
   std::uint64_t sessions_failed = 0;     // closed because their producer broke the protocol
   std::uint64_t recv_completions = 0;

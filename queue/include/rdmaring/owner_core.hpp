@@ -114,7 +114,7 @@ struct OwnerCounters {
   std::uint64_t restore_gaps = 0;       // restores where the producer no longer held every unprocessed record
   std::uint64_t error_completions = 0;  // each marks its session's link broken
   std::uint64_t credit_posts = 0;
-  std::uint64_t handler_aborts = 0;     // records the application left for the next poll
+  std::uint64_t handler_aborts = 0;     // give-backs: per session, a poll that left its records for the next
   ConsumerCounters closed_rings;        // summed over the rings of closed sessions
   std::string last_session_failure;
 };
