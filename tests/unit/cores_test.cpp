@@ -256,6 +256,7 @@ TEST_CASE("tail mode: a misaligned tail and a tail past the credit are refused b
     std::array<std::byte, wire::kTailRecordSize> t{};
     wire::encode(wire::TailRecord{f.consumer().epoch(), tail, 0, 0}, t);
     f.core().on_tail(f.session(), t);
+    f.owner().collect_closed();
     const auto r = f.alive();
     REQUIRE_FALSE(r);
     CHECK(r.error() == errc::protocol_violation);
