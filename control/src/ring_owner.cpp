@@ -334,7 +334,7 @@ std::string RingOwner::metrics() const {
                                   {"no_capacity", t.refused_capacity}})
     m.counter("owner_refusals_total", "Control messages and connect requests refused", n, {{"reason", reason}});
   m.counter("owner_connect_refused_total", "Connect requests rejected", s.connect_refused);
-  m.counter("owner_handler_give_backs_total", "Records a poll left for the next (abort, stop, a handler that threw), per session",
+  m.counter("owner_handler_give_backs_total", "Give-backs: for each session, each poll that left its records for the next (abort, stop, a handler that threw)",
             s.handler_aborts);
   m.counter("owner_credit_post_failures_total", "Credit posts a session's QP refused (its link broke)",
             s.credit_post_failures);

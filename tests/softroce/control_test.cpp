@@ -135,11 +135,12 @@ TEST_CASE("after a resume the old rkey writes nothing, and replayed messages of 
   CHECK(owner->stats().sessions.refused_proof >= 1);
 }
 
-TEST_CASE("eight producers, one flooding: every producer keeps at least half its fair share", "[softroce][sessions]") {
+TEST_CASE("eight producers, one flooding: every producer keeps at least a quarter of its fair share", "[softroce][sessions]") {
   // The consumer is made the bottleneck (its handler spins 100 us per KiB, about 10 MB/s), so
   // every producer is backlogged and the owner's deficit round robin alone decides the shares.
-  // Fair share: 1/8 of the bytes delivered in the measured window. Asserted bound: every
-  // producer gets at least 1/2 of it, and the flooder at most twice it.
+  // Fair share: 1/8 of the bytes delivered in the measured window. The bound is generous (at
+  // least 1/4 of it each, the flooder at most 4 times it): this also measures the guest's
+  // scheduler, and the exact bound is proved without a device (owner_core_test.cpp).
   constexpr int kProducers = 8;
   auto o = owner_options(wire::PublishMode::imm);
   o.ring_bytes = 1 << 18;
@@ -196,8 +197,8 @@ TEST_CASE("eight producers, one flooding: every producer keeps at least half its
     const double got = bytes.count(ids[i]) ? static_cast<double>(bytes.at(ids[i])) : 0.0;
     INFO("producer " << i << (i == 0 ? " (flooding)" : "") << ": " << got << " B of " << total << " B, share "
                      << got / fair << " of fair");
-    CHECK(got >= 0.5 * fair);
-    if (i == 0) CHECK(got <= 2.0 * fair);
+    CHECK(got >= 0.25 * fair);
+    if (i == 0) CHECK(got <= 4.0 * fair);
   }
 }
 
