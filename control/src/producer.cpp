@@ -5,30 +5,12 @@
 
 #include "control_client.hpp"
 #include "producer_test_access.hpp"
-#include "rdmaring/dma.hpp"
-#include "rdmaring/post.hpp"
 #include "rdmaring/metrics_text.hpp"
-#include "rdmaring/verbs/async_events.hpp"
-#include "rdmaring/verbs/cm_id.hpp"
-#include "rdmaring/verbs/context.hpp"
-#include "rdmaring/verbs/cq.hpp"
-#include "rdmaring/verbs/event_channel.hpp"
-#include "rdmaring/verbs/mr.hpp"
-#include "rdmaring/verbs/pd.hpp"
-#include "rdmaring/verbs/qp.hpp"
+#include "rdmaring/producer_data_plane.hpp"
 
 namespace rdmaring {
 
 namespace {
-
-constexpr std::uint32_t kAsyncEventInterval = 64;
-
-// The verbs objects of one connection (one epoch). Replaced whole by recover().
-struct Link {
-  verbs::EventChannel channel;
-  verbs::CmId id{channel};
-  std::optional<verbs::QueuePair> qp;
-};
 
 Credentials who(const control::RingGrant& session, std::uint64_t epoch, const Proof& proof) {
   return Credentials{session.session, epoch, proof};
@@ -36,50 +18,33 @@ Credentials who(const control::RingGrant& session, std::uint64_t epoch, const Pr
 
 }  // namespace
 
-// Member order is destruction order reversed: the link's QP goes before the CQ, MRs and PD it
-// uses; the first link's rdma_cm id (which holds the device context open) lives as long as the PD.
+// The control channel's side of a producer; the verbs are the data plane's. Member order is
+// destruction order reversed: the core, which builds in the data plane's staging mirror, goes
+// first.
 struct Producer::Connection {
   ProducerOptions options;
   std::unique_ptr<control::ControlClient> control;
   control::RingGrant session;  // the last grant: session id and secret, the ring, the epoch
-  std::unique_ptr<Link> first;  // keeps the device context of the PD alive
-  std::optional<verbs::ProtectionDomain> pd;
-  std::optional<verbs::CompletionQueue> cq;
-  std::optional<verbs::AsyncEvents> async;
-  std::uint32_t progress_calls = 0;
-  std::map<std::string, std::uint64_t> completion_errors;
-  verbs::AlignedBuffer credit_buf{4096};
-  std::optional<verbs::MemoryRegion> credit_mr;
-  std::optional<verbs::AlignedBuffer> staging;
-  std::optional<verbs::MemoryRegion> staging_mr;
+  std::optional<ProducerDataPlane> data;
   std::optional<ProducerCore> core;
-  std::unique_ptr<Link> link;  // the current connection, when it is not `first`
-  WriteTarget target;
-  std::uint64_t post_send_calls = 0;
-  std::uint64_t completions = 0;
-  std::uint64_t stale_completions = 0;
   std::uint64_t recoveries = 0;
-  std::string device;
   Clock::time_point claimed_at;  // the last claim()'s clock reading, for its commit()
 
-  // The QPs go before the CQ and PD they use (destroying either while a QP uses it fails with
-  // EBUSY and leaks it); the first link's rdma_cm id, which holds the device open, after them.
-  ~Connection() {
-    link.reset();
-    if (first) first->qp.reset();
-  }
-
-  Link& current() { return link ? *link : *first; }
   Proof proof(ProofPurpose purpose, std::uint64_t epoch) const {
     return make_proof(session.secret, purpose, session.session, epoch);
   }
-  // Resolves the owner's data port and connects `l` (QP on the shared PD and CQ) for the
-  // granted epoch.
-  void connect(Link& l, const control::RingGrant& grant);
-  // The first connection and everything it needs: PD, CQ, credit MR, staging mirror.
-  void connect_first(const control::RingGrant& grant);
-  void resolve(Link& l, const control::RingGrant& grant) {
-    l.id.resolve(options.address, grant.data_port, options.connect_timeout, options.source_address);
+  ProducerEpoch epoch_of(const control::RingGrant& g) const {
+    return ProducerEpoch{g.session, g.at.epoch, proof(ProofPurpose::connect, g.at.epoch), g.data_port,
+                         RingKeys{g.ring_addr, g.ring_rkey, g.tail_addr, g.tail_rkey}};
+  }
+  // The first connection and everything it needs: device, PD, CQ, credit MR, staging mirror.
+  void connect_first(const control::RingGrant& g) {
+    data.emplace(ProducerDataPlaneOptions{options.address, options.source_address, options.connect_timeout,
+                                          options.core.sq_depth},
+                 g.ring_bytes, epoch_of(g));
+    core.emplace(data->staging(),
+                 PeerRing{g.mode, RingGeometry::make(g.ring_bytes, g.max_record).value(), g.at, g.payload_check},
+                 options.core);
   }
   void granted(std::uint64_t epoch) const {
     if (options.on_credentials) options.on_credentials(SessionCredentials{session.session, session.secret, epoch});
@@ -94,38 +59,10 @@ struct Producer::Connection {
     const auto l = core->ledger();
     if (l.released == l.committed) return core->next_sequence();
     const auto off = core->peer().geometry.offset(l.released);
-    const auto h = wire::decode_record_header(staging->bytes().subspan(off).first<wire::kRecordHeaderSize>());
+    const auto h = wire::decode_record_header(data->staging().subspan(off).first<wire::kRecordHeaderSize>());
     return h ? h->sequence : core->next_sequence();
   }
 };
-
-void Producer::Connection::connect(Link& l, const control::RingGrant& grant) {
-  verbs::QueuePairCaps caps;
-  caps.max_send_wr = options.core.sq_depth;
-  caps.max_recv_wr = 1;
-  caps.max_inline_data = wire::kTailRecordSize;
-  l.qp.emplace(l.id, *pd, *cq, *cq, caps);
-  if (l.qp->max_inline_data() < wire::kTailRecordSize)
-    throw SetupError(make_error(errc::bad_config, l.qp->describe() + ": device grants " +
-                                                      std::to_string(l.qp->max_inline_data()) +
-                                                      " B of inline data, the tail record needs " +
-                                                      std::to_string(wire::kTailRecordSize)));
-  const auto bytes = wire::encode(wire::ConnectData{session.session, grant.at.epoch,
-                                                    proof(ProofPurpose::connect, grant.at.epoch),
-                                                    reinterpret_cast<std::uintptr_t>(credit_buf.data()),
-                                                    credit_mr->rkey()});
-  rdma_conn_param param{};
-  param.private_data = bytes.data();
-  param.private_data_len = static_cast<std::uint8_t>(bytes.size());
-  param.retry_count = 7;
-  param.rnr_retry_count = 7;  // 7 = retry for ever: the owner re-posts receives as it polls
-  const auto reply = l.id.connect(param, options.connect_timeout);
-  const auto accept = wire::decode_accept_data(reply);
-  if (!accept || accept->epoch != grant.at.epoch)
-    throw SetupError(make_error(errc::protocol_violation, l.id.describe() + ": the accept is not for epoch " +
-                                                              std::to_string(grant.at.epoch) + " of rdmaring v" +
-                                                              std::to_string(wire::kVersion)));
-}
 
 Producer Producer::attach(const ProducerOptions& options) { return open(options, nullptr); }
 
@@ -166,26 +103,6 @@ Producer Producer::open(const ProducerOptions& options, const SessionCredentials
   return Producer(std::move(c));
 }
 
-void Producer::Connection::connect_first(const control::RingGrant& g) {
-  first = std::make_unique<Link>();
-  resolve(*first, g);
-  const verbs::Context ctx = first->id.context();
-  device = ctx.name();
-  pd.emplace(ctx);
-  async.emplace(ctx);
-  // One CQ entry per SQ slot is enough: only signaled WRs complete, at most one per interval.
-  cq.emplace(ctx, static_cast<int>(options.core.sq_depth));
-  credit_mr.emplace(*pd, credit_buf.data(), credit_buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  // The staging buffer mirrors the ring: registered once, here, never per record.
-  staging.emplace(g.ring_bytes);
-  staging_mr.emplace(*pd, staging->data(), staging->size(), IBV_ACCESS_LOCAL_WRITE);
-  target = WriteTarget{staging->data(), staging_mr->lkey(), g.ring_addr, g.ring_rkey, g.tail_addr, g.tail_rkey};
-  connect(*first, g);
-  core.emplace(staging->bytes(),
-               PeerRing{g.mode, RingGeometry::make(g.ring_bytes, g.max_record).value(), g.at, g.payload_check},
-               options.core);
-}
-
 Result<ResumePoint> Producer::recover() {
   Connection& c = *c_;
   const std::uint64_t epoch = c.core->epoch();
@@ -203,25 +120,9 @@ Result<ResumePoint> Producer::recover() {
   }
   BOOST_OUTCOME_TRYV(c.core->resume(grant.at));
   c.granted(grant.at.epoch);
-  // The new rkeys (the old ones were revoked by the owner's re-registration) and, after an owner
-  // restart, a new ring address.
-  c.target.remote_base = grant.ring_addr;
-  c.target.rkey = grant.ring_rkey;
-  c.target.tail_addr = grant.tail_addr;
-  c.target.tail_rkey = grant.tail_rkey;
   c.session.at = grant.at;
   c.keep_alive(grant);
-  try {
-    auto link = std::make_unique<Link>();
-    c.resolve(*link, grant);
-    // The dead connection's QP goes now; the first link's id stays, it holds the device open.
-    if (c.link) c.link.reset();
-    else c.first->qp.reset();
-    c.connect(*link, grant);
-    c.link = std::move(link);
-  } catch (const SetupError& e) {
-    return e.error();
-  }
+  BOOST_OUTCOME_TRYV(c.data->reconnect(c.epoch_of(grant)));
   ++c.recoveries;
   return grant.at;
 }
@@ -231,48 +132,12 @@ Producer::Producer(Producer&&) noexcept = default;
 Producer& Producer::operator=(Producer&&) noexcept = default;
 Producer::~Producer() = default;
 
-Result<void> Producer::post_due(bool force, Clock::time_point now) {
-  ProducerCore& core = *c_->core;
-  if (!force && !core.flush_due(now)) return success();
-  while (auto batch = core.take_batch()) {
-    ++c_->post_send_calls;
-    if (auto posted = post_chain(*c_->current().qp, batch->requests(), c_->target); !posted) {
-      core.on_post_error(posted.error());
-      return posted;
-    }
-  }
-  return success();
-}
+Result<void> Producer::post_due(bool force, Clock::time_point now) { return c_->data->post_due(*c_->core, force, now); }
 
 Result<void> Producer::progress() {
   ProducerCore& core = *c_->core;
   if (auto alarm = c_->control->alarm()) return *alarm;
-  std::array<ibv_wc, 16> wcs;
-  BOOST_OUTCOME_TRY(n, c_->cq->poll(wcs));
-  const std::uint32_t qp_num = c_->current().qp->qp_num();
-  for (std::size_t i = 0; i < n; ++i) {
-    if (wcs[i].qp_num != qp_num) {
-      ++c_->stale_completions;  // the flushed work of a connection recover() replaced
-      continue;
-    }
-    ++c_->completions;
-    if (wcs[i].status != IBV_WC_SUCCESS) ++c_->completion_errors[ibv_wc_status_str(wcs[i].status)];
-    core.on_completion(wcs[i].wr_id, wcs[i].status == IBV_WC_SUCCESS, wcs[i].status);
-  }
-  // Async events cost a system call to look for: every so many calls is soon enough for what
-  // completions do not report (a QP gone fatal while nothing is posted).
-  // pending(): another reader of this process's device context queued events for this one.
-  if (++c_->progress_calls % kAsyncEventInterval == 0 || c_->async->pending()) {
-    BOOST_OUTCOME_TRYV(c_->async->drain([&](const verbs::AsyncEvent& e) {
-      if (e.qp_dead() && e.qp_num == qp_num)
-        core.on_post_error(make_error(errc::completion_error, std::string("async event ") +
-                                                                  ibv_event_type_str(e.type) + " on qp " +
-                                                                  std::to_string(e.qp_num)));
-    }));
-  }
-  std::array<std::byte, wire::kCreditRecordSize> credit;
-  read_dma(c_->credit_buf.data(), std::span{credit});
-  core.on_credit(credit);
+  BOOST_OUTCOME_TRYV(c_->data->poll(core));
   if (core.failure()) return *core.failure();
   // No clock read while nothing waits: drain() and a starved claim() spin through here.
   if (!core.publish_pending()) return success();
@@ -349,20 +214,17 @@ Result<void> Producer::detach(std::chrono::nanoseconds timeout) {
   c.control->keep_alive(c.session.session, c.session.secret, epoch, std::chrono::milliseconds(0));
   BOOST_OUTCOME_TRYV(c.control->detach(who(c.session, epoch, c.proof(ProofPurpose::detach, epoch))));
   // The owner tore the connection down with the session; what is left here is the QP's flush.
-  c.link.reset();
-  c.first->qp.reset();
+  c.data->disconnect();
   return success();
 }
 
-Result<void> ProducerTestAccess::force_error(Producer& p) { return p.c_->current().qp->force_error(); }
+Result<void> ProducerTestAccess::force_error(Producer& p) { return p.c_->data->force_error(); }
 
 ProducerStats Producer::stats() const {
-  RegistrationFootprint registered;
-  registered.add(c_->staging_mr);
-  registered.add(c_->credit_mr);
-  return ProducerStats{c_->device,           registered,          c_->core->counters(),
-                       c_->post_send_calls,  c_->completions,     c_->stale_completions,
-                       c_->recoveries,       c_->completion_errors, c_->async->counts().by_type,
+  const ProducerDataPlaneCounters& d = c_->data->counters();
+  return ProducerStats{c_->data->device(),   c_->data->registered(), c_->core->counters(),
+                       d.post_send_calls,    d.completions,          d.stale_completions,
+                       c_->recoveries,       d.completion_errors,    c_->data->async_event_counts(),
                        c_->core->ledger()};
 }
 

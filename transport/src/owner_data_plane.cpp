@@ -215,7 +215,7 @@ void OwnerDataPlane::dispatch(const ibv_wc& wc) {
     if (f != faults_.end() && wc.status == IBV_WC_SUCCESS) {
       if (f->second == Fault::drop_credit_completions && wc.wr_id != kRecvWrId) return;
       if (f->second == Fault::corrupt_next_immediate && wc.wr_id == kRecvWrId) {
-        imm ^= 1u << 28;  // the low epoch bit (wire-formats.md, the immediate)
+        imm ^= 1u << wire::kImmEpochShift;  // the low epoch bit (wire-formats.md §3)
         faults_.erase(f);
       }
     }
@@ -521,14 +521,23 @@ Result<Granted> OwnerDataPlane::resume(const Credentials& who, Clock::time_point
 }
 
 void OwnerDataPlane::inject(SessionId session, Fault fault) {
-  std::lock_guard lock(m_);
-  if (fault != Fault::qp_error) {
-    faults_[session] = fault;
-    return;
+  Closed closed;
+  {
+    std::lock_guard lock(m_);
+    if (fault != Fault::qp_error) {
+      faults_[session] = fault;
+      return;
+    }
+    // As a QP the device put into the error state, with the QP-fatal async event a device raises
+    // for it (a QP moved to error by hand raises none): its posts flush, the peer's writes go
+    // unanswered, and the link breaks as take_async_events() would break it.
+    SessionRing* r = ring_of(session);
+    if (!r || !r->link || !r->link->qp) return;
+    (void)r->link->qp->force_error();
+    core_.on_link_broken(session);
+    apply_actions(closed);
   }
-  // As a QP the device put into the error state: its posts flush and the peer's writes go
-  // unanswered; the next completion or event tells the core.
-  if (SessionRing* r = ring_of(session); r && r->link && r->link->qp) (void)r->link->qp->force_error();
+  notify(closed);
 }
 
 Result<void> OwnerDataPlane::heartbeat(const Credentials& who, Clock::time_point now) {

@@ -35,14 +35,14 @@ Result<void> post_chain(verbs::QueuePair& qp, std::span<const WorkRequest> wrs, 
     fill_slot(wr, w.slot);
     if (i + 1 < wrs.size()) wr.next = &out[i + 1];
     if (w.kind == WorkRequest::Kind::write_tail) {
-      fill_inline(wr, sges[i], w.tail, target.tail_addr, target.tail_rkey);
+      fill_inline(wr, sges[i], w.tail, target.remote.tail_addr, target.remote.tail_rkey);
       continue;
     }
     sges[i] = ibv_sge{reinterpret_cast<std::uintptr_t>(target.local_base + w.local_offset), w.length, target.lkey};
     wr.sg_list = &sges[i];
     wr.num_sge = w.length == 0 ? 0 : 1;
-    wr.wr.rdma.remote_addr = target.remote_base + w.remote_offset;
-    wr.wr.rdma.rkey = target.rkey;
+    wr.wr.rdma.remote_addr = target.remote.ring_addr + w.remote_offset;
+    wr.wr.rdma.rkey = target.remote.ring_rkey;
     wr.opcode = w.kind == WorkRequest::Kind::write_with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
     if (w.kind == WorkRequest::Kind::write_with_imm) wr.imm_data = htonl(w.imm);
   }

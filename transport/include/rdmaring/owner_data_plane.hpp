@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "rdmaring/owner_core.hpp"
+#include "rdmaring/post.hpp"
 #include "rdmaring/verbs/async_events.hpp"
 #include "rdmaring/verbs/cm_id.hpp"
 #include "rdmaring/verbs/cq.hpp"
@@ -45,14 +46,6 @@ struct OwnerDataPlaneOptions {
   std::uint32_t recv_depth = 1024;  // mode imm: receives on the shared receive queue
   OwnerConfig core;
   std::function<void(SessionId, CloseReason, const std::string&)> on_session_closed;
-};
-
-// Where a session's producer writes in this epoch (the tail fields are 0 in mode imm).
-struct RingKeys {
-  std::uint64_t ring_addr = 0;
-  std::uint32_t ring_rkey = 0;
-  std::uint64_t tail_addr = 0;
-  std::uint32_t tail_rkey = 0;
 };
 
 struct Granted {

@@ -13,14 +13,20 @@
 
 namespace rdmaring {
 
+// Where a session's producer writes in one epoch, as the owner grants it (the tail fields are 0
+// in mode imm).
+struct RingKeys {
+  std::uint64_t ring_addr = 0;
+  std::uint32_t ring_rkey = 0;
+  std::uint64_t tail_addr = 0;  // tail MR (mode tail)
+  std::uint32_t tail_rkey = 0;
+};
+
 // Where the payload segments of a work request come from and go to.
 struct WriteTarget {
   std::byte* local_base = nullptr;  // staging (producer) or unused (inline-only posts)
   std::uint32_t lkey = 0;
-  std::uint64_t remote_base = 0;    // ring address at the consumer
-  std::uint32_t rkey = 0;
-  std::uint64_t tail_addr = 0;      // tail MR (mode tail)
-  std::uint32_t tail_rkey = 0;
+  RingKeys remote;
 };
 
 // Posts `wrs` as one chain. Errors: as QueuePair::post_send.

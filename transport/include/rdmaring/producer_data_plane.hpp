@@ -1,0 +1,108 @@
+// The producer's data plane on verbs: the device rdma_cm routes the owner's address to, the PD,
+// CQ and async events, the staging mirror of the ring and the credit record (each registered
+// once), and the RC QP of the current epoch. It executes what ProducerCore decides: posts its
+// batches, feeds it completions, async events and the credit record.
+//
+// One thread at a time (the Producer's caller); no lock. What the control channel grants (the
+// epoch, its connect proof, the ring's keys) comes in as an Epoch: this layer never speaks
+// Cap'n Proto.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "rdmaring/error.hpp"
+#include "rdmaring/post.hpp"
+#include "rdmaring/producer_core.hpp"
+#include "rdmaring/registration_footprint.hpp"
+#include "rdmaring/session_proof.hpp"
+#include "rdmaring/verbs/async_events.hpp"
+#include "rdmaring/verbs/cq.hpp"
+#include "rdmaring/verbs/mr.hpp"
+#include "rdmaring/verbs/pd.hpp"
+
+namespace rdmaring {
+
+struct ProducerDataPlaneOptions {
+  std::string address;         // the owner's address: rdma_cm resolves the device from it
+  std::string source_address;  // empty: the route's choice
+  std::chrono::milliseconds connect_timeout = std::chrono::seconds(10);
+  std::uint32_t sq_depth = 0;  // ProducerConfig::sq_depth
+};
+
+// One epoch's connection as the owner granted it (sessions.md §2.4, wire-formats.md §6).
+struct ProducerEpoch {
+  std::uint64_t session = 0;
+  std::uint64_t epoch = 0;
+  Proof connect_proof{};
+  std::uint16_t data_port = 0;
+  RingKeys keys;
+};
+
+struct ProducerDataPlaneCounters {
+  std::uint64_t post_send_calls = 0;
+  std::uint64_t completions = 0;        // signaled send completions polled
+  std::uint64_t stale_completions = 0;  // completions of a replaced connection, ignored
+  std::map<std::string, std::uint64_t> completion_errors;  // by ibv_wc_status_str
+};
+
+class ProducerDataPlane {
+ public:
+  // Opens the device, registers a staging mirror of `ring_bytes` and the credit record, and
+  // connects the QP for `first`. Throws SetupError (no_device, verbs_failure, bad_config when
+  // the device grants too little inline data, protocol_violation for a foreign accept).
+  ProducerDataPlane(const ProducerDataPlaneOptions& options, std::uint64_t ring_bytes, const ProducerEpoch& first);
+  ProducerDataPlane(const ProducerDataPlane&) = delete;
+  ProducerDataPlane& operator=(const ProducerDataPlane&) = delete;
+  ~ProducerDataPlane();
+
+  // The ring's mirror, where the core builds records; it lives as long as this.
+  std::span<std::byte> staging() noexcept;
+
+  // The next epoch's connection replaces the current one (whose QP goes first: its rkeys were
+  // revoked anyway). Errors: the connect's, as SetupError's error.
+  Result<void> reconnect(const ProducerEpoch& next);
+  // Posts every batch the core has due (all of them when `force`). A refused post breaks the
+  // connection in the core and is returned.
+  Result<void> post_due(ProducerCore& core, bool force, Clock::time_point now);
+  // Completions, async events (every so many calls) and the credit record, into the core.
+  // Errors: verbs_failure of the CQ or the async event queue.
+  Result<void> poll(ProducerCore& core);
+  // The QPs go (detach: the owner already tore its side down).
+  void disconnect() noexcept;
+
+  const std::string& device() const noexcept { return device_; }
+  const ProducerDataPlaneCounters& counters() const noexcept { return counters_; }
+  RegistrationFootprint registered() const;
+  std::map<std::string, std::uint64_t> async_event_counts() const;
+
+  // Tests only (through ProducerTestAccess): the current QP to the error state, as a dead link.
+  Result<void> force_error();
+
+ private:
+  struct Link;
+  void connect(Link& l, const ProducerEpoch& e);
+  Link& current() noexcept;
+
+  ProducerDataPlaneOptions options_;
+  std::unique_ptr<Link> first_;  // its rdma_cm id holds the device context of the PD open
+  std::string device_;
+  std::optional<verbs::ProtectionDomain> pd_;
+  std::optional<verbs::AsyncEvents> async_;
+  std::optional<verbs::CompletionQueue> cq_;
+  verbs::AlignedBuffer credit_buf_{4096};
+  std::optional<verbs::MemoryRegion> credit_mr_;
+  std::optional<verbs::AlignedBuffer> staging_;
+  std::optional<verbs::MemoryRegion> staging_mr_;
+  std::unique_ptr<Link> link_;  // the current connection, when it is not first_
+  WriteTarget target_;
+  std::uint32_t poll_calls_ = 0;
+  ProducerDataPlaneCounters counters_;
+};
+
+}  // namespace rdmaring

@@ -1,0 +1,169 @@
+#include "rdmaring/producer_data_plane.hpp"
+
+#include <array>
+
+#include "rdmaring/dma.hpp"
+#include "rdmaring/verbs/cm_id.hpp"
+#include "rdmaring/verbs/context.hpp"
+#include "rdmaring/verbs/event_channel.hpp"
+#include "rdmaring/verbs/qp.hpp"
+
+namespace rdmaring {
+
+namespace {
+// Async events cost a system call to look for: every so many polls is soon enough for what
+// completions do not report (a QP gone fatal while nothing is posted).
+constexpr std::uint32_t kAsyncEventInterval = 64;
+}  // namespace
+
+// The verbs objects of one connection (one epoch). Replaced whole by reconnect().
+struct ProducerDataPlane::Link {
+  verbs::EventChannel channel;
+  verbs::CmId id{channel};
+  std::optional<verbs::QueuePair> qp;
+};
+
+ProducerDataPlane::ProducerDataPlane(const ProducerDataPlaneOptions& options, std::uint64_t ring_bytes,
+                                     const ProducerEpoch& first)
+    : options_(options), first_(std::make_unique<Link>()) {
+  first_->id.resolve(options_.address, first.data_port, options_.connect_timeout, options_.source_address);
+  const verbs::Context ctx = first_->id.context();
+  device_ = ctx.name();
+  pd_.emplace(ctx);
+  async_.emplace(ctx);
+  // One CQ entry per SQ slot is enough: only signaled WRs complete, at most one per interval.
+  cq_.emplace(ctx, static_cast<int>(options_.sq_depth));
+  credit_mr_.emplace(*pd_, credit_buf_.data(), credit_buf_.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  // The staging buffer mirrors the ring: registered once, here, never per record.
+  staging_.emplace(ring_bytes);
+  staging_mr_.emplace(*pd_, staging_->data(), staging_->size(), IBV_ACCESS_LOCAL_WRITE);
+  target_ = WriteTarget{staging_->data(), staging_mr_->lkey(), first.keys};
+  try {
+    connect(*first_, first);
+  } catch (...) {
+    disconnect();  // no destructor runs for a constructor that throws: the QP still goes first
+    throw;
+  }
+}
+
+// The QPs go before the CQ and PD they use (destroying either while a QP uses it fails with
+// EBUSY and leaks it); the first link's rdma_cm id, which holds the device open, after them.
+ProducerDataPlane::~ProducerDataPlane() { disconnect(); }
+
+std::span<std::byte> ProducerDataPlane::staging() noexcept { return staging_->bytes(); }
+
+ProducerDataPlane::Link& ProducerDataPlane::current() noexcept { return link_ ? *link_ : *first_; }
+
+void ProducerDataPlane::connect(Link& l, const ProducerEpoch& e) {
+  verbs::QueuePairCaps caps;
+  caps.max_send_wr = options_.sq_depth;
+  caps.max_recv_wr = 1;
+  caps.max_inline_data = wire::kTailRecordSize;
+  l.qp.emplace(l.id, *pd_, *cq_, *cq_, caps);
+  if (l.qp->max_inline_data() < wire::kTailRecordSize)
+    throw SetupError(make_error(errc::bad_config, l.qp->describe() + ": device grants " +
+                                                      std::to_string(l.qp->max_inline_data()) +
+                                                      " B of inline data, the tail record needs " +
+                                                      std::to_string(wire::kTailRecordSize)));
+  const auto bytes = wire::encode(wire::ConnectData{e.session, e.epoch, e.connect_proof,
+                                                    reinterpret_cast<std::uintptr_t>(credit_buf_.data()),
+                                                    credit_mr_->rkey()});
+  // Connection parameters: wire-formats.md §10.
+  rdma_conn_param param{};
+  param.private_data = bytes.data();
+  param.private_data_len = static_cast<std::uint8_t>(bytes.size());
+  param.retry_count = 7;
+  param.rnr_retry_count = 7;  // 7 = retry for ever: the owner re-posts receives as it polls
+  const auto reply = l.id.connect(param, options_.connect_timeout);
+  const auto accept = wire::decode_accept_data(reply);
+  if (!accept || accept->epoch != e.epoch)
+    throw SetupError(make_error(errc::protocol_violation, l.id.describe() + ": the accept is not for epoch " +
+                                                              std::to_string(e.epoch) + " of rdmaring v" +
+                                                              std::to_string(wire::kVersion)));
+}
+
+Result<void> ProducerDataPlane::reconnect(const ProducerEpoch& next) {
+  // The new rkeys (the old ones were revoked by the owner's re-registration) and, after an owner
+  // restart, a new ring address.
+  target_.remote = next.keys;
+  try {
+    auto link = std::make_unique<Link>();
+    link->id.resolve(options_.address, next.data_port, options_.connect_timeout, options_.source_address);
+    // The dead connection's QP goes now; the first link's id stays, it holds the device open.
+    if (link_) link_.reset();
+    else first_->qp.reset();
+    connect(*link, next);
+    link_ = std::move(link);
+  } catch (const SetupError& e) {
+    return e.error();
+  }
+  return success();
+}
+
+Result<void> ProducerDataPlane::post_due(ProducerCore& core, bool force, Clock::time_point now) {
+  if (!force && !core.flush_due(now)) return success();
+  while (auto batch = core.take_batch()) {
+    ++counters_.post_send_calls;
+    if (auto posted = post_chain(*current().qp, batch->requests(), target_); !posted) {
+      core.on_post_error(posted.error());
+      return posted;
+    }
+  }
+  return success();
+}
+
+Result<void> ProducerDataPlane::poll(ProducerCore& core) {
+  std::array<ibv_wc, 16> wcs;
+  BOOST_OUTCOME_TRY(n, cq_->poll(wcs));
+  const std::uint32_t qp_num = current().qp->qp_num();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (wcs[i].qp_num != qp_num) {
+      ++counters_.stale_completions;  // the flushed work of a connection reconnect() replaced
+      continue;
+    }
+    ++counters_.completions;
+    if (wcs[i].status != IBV_WC_SUCCESS) ++counters_.completion_errors[ibv_wc_status_str(wcs[i].status)];
+    core.on_completion(wcs[i].wr_id, wcs[i].status == IBV_WC_SUCCESS, wcs[i].status);
+  }
+  // The owner breaks a link by disconnecting it (its credit post was refused, say): a producer
+  // that waits for credit, posting nothing, would never see an error completion.
+  const bool due = ++poll_calls_ % kAsyncEventInterval == 0;
+  if (due) {
+    if (auto event = current().channel.next(std::chrono::milliseconds(0)))
+      core.on_post_error(make_error(errc::completion_error, current().id.describe() + ": " + event.value().name() +
+                                                                " from the owner: the connection is gone"));
+    else if (event.error() != errc::timed_out)
+      return event.error();
+  }
+  // pending(): another reader of this process's device context queued events for this one.
+  if (due || async_->pending()) {
+    BOOST_OUTCOME_TRYV(async_->drain([&](const verbs::AsyncEvent& e) {
+      if (e.qp_dead() && e.qp_num == qp_num)
+        core.on_post_error(make_error(errc::completion_error, std::string("async event ") +
+                                                                  ibv_event_type_str(e.type) + " on qp " +
+                                                                  std::to_string(e.qp_num)));
+    }));
+  }
+  std::array<std::byte, wire::kCreditRecordSize> credit;
+  read_dma(credit_buf_.data(), std::span{credit});
+  core.on_credit(credit);
+  return success();
+}
+
+void ProducerDataPlane::disconnect() noexcept {
+  link_.reset();
+  if (first_) first_->qp.reset();
+}
+
+RegistrationFootprint ProducerDataPlane::registered() const {
+  RegistrationFootprint registered;
+  registered.add(staging_mr_);
+  registered.add(credit_mr_);
+  return registered;
+}
+
+std::map<std::string, std::uint64_t> ProducerDataPlane::async_event_counts() const { return async_->counts().by_type; }
+
+Result<void> ProducerDataPlane::force_error() { return current().qp->force_error(); }
+
+}  // namespace rdmaring
