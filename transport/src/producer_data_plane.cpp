@@ -102,14 +102,20 @@ Result<void> ProducerDataPlane::reconnect(const ProducerEpoch& next) {
 
 Result<void> ProducerDataPlane::post_due(ProducerCore& core, bool force, Clock::time_point now) {
   if (!force && !core.flush_due(now)) return success();
-  while (auto batch = core.take_batch()) {
-    ++counters_.post_send_calls;
-    if (auto posted = post_chain(*current().qp, batch->requests(), target_); !posted) {
-      core.on_post_error(posted.error());
-      return posted;
+  for (bool polled = false;; polled = true) {
+    while (auto batch = core.take_batch()) {
+      ++counters_.post_send_calls;
+      if (auto posted = post_chain(*current().qp, batch->requests(), target_); !posted) {
+        core.on_post_error(posted.error());
+        return posted;
+      }
     }
+    // Still due: it waits for send-queue slots, and the completions that free them may be in the
+    // CQ already. Without this a producer that only sends and flushes, with ring space to spare,
+    // publishes nothing more until its ring is full.
+    if (polled || !core.publish_pending() || core.failure()) return success();
+    BOOST_OUTCOME_TRYV(poll(core));
   }
-  return success();
 }
 
 Result<void> ProducerDataPlane::poll(ProducerCore& core) {

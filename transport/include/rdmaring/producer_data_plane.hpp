@@ -67,7 +67,8 @@ class ProducerDataPlane {
   // The next epoch's connection replaces the current one (whose QP goes first: its rkeys were
   // revoked anyway). Errors: the connect's, as SetupError's error.
   Result<void> reconnect(const ProducerEpoch& next);
-  // Posts every batch the core has due (all of them when `force`). A refused post breaks the
+  // Posts every batch the core has due (all of them when `force`); when the send queue is full,
+  // polls once for the completions that free it and posts again. A refused post breaks the
   // connection in the core and is returned.
   Result<void> post_due(ProducerCore& core, bool force, Clock::time_point now);
   // Completions, async events (every so many calls) and the credit record, into the core.
