@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "device_address.hpp"
+#include "owner_harness.hpp"
 #include "raw_producer.hpp"
 #include "rdmaring/producer.hpp"
 #include "rdmaring/ring_owner.hpp"
@@ -41,14 +42,10 @@ constexpr int kAttacks = 12;
 constexpr std::uint64_t kBefore = 64;
 constexpr std::uint64_t kAfter = 1536;
 
+// Finer than the harness's default: the tests line completions up while they wait.
 template <class Pred>
 bool wait_for(Pred pred, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
+  return testing::wait_for(pred, limit, 1ms);
 }
 
 // Polls the owner on a thread of its own, checking every delivery against the honest stream; it

@@ -95,11 +95,12 @@ class Auditor {
 };
 
 template <class Pred>
-bool wait_for(Pred pred, std::chrono::seconds limit) {
+bool wait_for(Pred pred, std::chrono::seconds limit,
+              std::chrono::milliseconds step = std::chrono::milliseconds(10)) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (!pred()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(10ms);
+    std::this_thread::sleep_for(step);
   }
   return true;
 }

@@ -95,10 +95,14 @@ int OwnerDataPlane::cm_fd() const noexcept { return channel_.get()->fd; }
 
 // ---- rings --------------------------------------------------------------------------------------
 
-std::shared_ptr<OwnerDataPlane::SessionRing> OwnerDataPlane::make_ring() const {
-  auto r = std::make_shared<SessionRing>(options_.core.ring_bytes);
-  register_ring(*r);
-  return r;
+Result<std::shared_ptr<OwnerDataPlane::SessionRing>> OwnerDataPlane::new_ring(const char* call) const {
+  try {
+    auto r = std::make_shared<SessionRing>(options_.core.ring_bytes);
+    register_ring(*r);
+    return r;
+  } catch (const std::exception& e) {
+    return ring_failure(call, e);
+  }
 }
 
 // (Re-)registers the ring and tail MRs. Re-registration is what revokes the old rkeys at a
@@ -436,12 +440,7 @@ Result<Granted> OwnerDataPlane::attach(Clock::time_point now) {
     std::lock_guard lock(m_);
     BOOST_OUTCOME_TRYV(core_.can_attach());
   }
-  std::shared_ptr<SessionRing> ring;
-  try {
-    ring = make_ring();
-  } catch (const std::exception& e) {
-    return ring_failure("attach", e);
-  }
+  BOOST_OUTCOME_TRY(ring, new_ring("attach"));
   std::lock_guard lock(m_);
   BOOST_OUTCOME_TRY(entry, core_.attach(ring->ring.bytes(), now));
   rings_[entry.id] = ring;
@@ -455,12 +454,7 @@ bool OwnerDataPlane::knows(SessionId id) const {
 
 Result<Granted> OwnerDataPlane::restore(const Credentials& who, const DurableSession& durable, bool restarted,
                                         std::uint64_t released, std::uint64_t first, Clock::time_point now) {
-  std::shared_ptr<SessionRing> ring;
-  try {
-    ring = make_ring();
-  } catch (const std::exception& e) {
-    return ring_failure("restore", e);
-  }
+  BOOST_OUTCOME_TRY(ring, new_ring("restore"));
   std::lock_guard lock(m_);
   BOOST_OUTCOME_TRY(at, core_.restore(who, durable, restarted, released, first, ring->ring.bytes(), now));
   rings_[who.session] = ring;

@@ -133,7 +133,8 @@ class OwnerDataPlane {
   struct SessionRing;
   using Closed = std::vector<ClosedSession>;
 
-  std::shared_ptr<SessionRing> make_ring() const;
+  // Allocated, zeroed and registered, outside the lock. Errors: ring_failure's, named for `call`.
+  Result<std::shared_ptr<SessionRing>> new_ring(const char* call) const;
   void register_ring(SessionRing& r) const;
   RingKeys keys(const SessionRing& r) const noexcept;
   Result<void> post_receives(std::uint32_t n);
