@@ -48,10 +48,14 @@ struct Lie {
   bool last_only;  // a lie about the length can only be seen where nothing follows the record
 };
 
+std::function<void(HeaderBytes)> shift_sequence(std::uint64_t by) {
+  return [by](HeaderBytes h) { set_field(h, 8, field<std::uint64_t>(h, 8) + by); };
+}
+
 const std::vector<Lie>& lies() {
   static const std::vector<Lie> all = {
-      {"sequence + 1: the record before it was lost", [](HeaderBytes h) { set_field(h, 8, field<std::uint64_t>(h, 8) + 1); }, false},
-      {"sequence - 1: an old record replayed", [](HeaderBytes h) { set_field(h, 8, field<std::uint64_t>(h, 8) - 1); }, false},
+      {"sequence + 1: the record before it was lost", shift_sequence(1), false},
+      {"sequence - 1: an old record replayed", shift_sequence(~std::uint64_t{0}), false},
       {"reserved bits set", [](HeaderBytes h) { set_field<std::uint16_t>(h, 6, 0x0100); }, false},
       {"unknown kind", [](HeaderBytes h) { set_field<std::uint16_t>(h, 4, 7); }, false},
       {"span 64 B past the publish mark",
@@ -120,7 +124,8 @@ TEST_CASE("the record reader refuses a sealed record running one unit past the m
   const std::span<std::byte> ring = std::span(backing).first(g.bytes);
   for (std::uint64_t head = g.bytes; head < 2 * g.bytes; head += wire::kRecordAlign) {
     const std::uint64_t offset = g.offset(head);
-    for (std::uint64_t span = wire::kRecordAlign; span <= g.to_end(head) + wire::kRecordAlign; span += wire::kRecordAlign) {
+    const std::uint64_t longest = g.to_end(head) + wire::kRecordAlign;
+    for (std::uint64_t span = wire::kRecordAlign; span <= longest; span += wire::kRecordAlign) {
       INFO("record at offset " << offset << " spanning " << span << " B");
       std::fill(backing.begin(), backing.end(), std::byte{0x5a});
       const auto len = static_cast<std::uint32_t>(span - wire::kRecordHeaderSize);
@@ -163,12 +168,15 @@ TEST_CASE("a sealed credit releasing more than the producer published fails the 
 TEST_CASE("a proof shorter or longer than a proof never matches", "[hostile][sessions]") {
   const SessionSecret secret = random_secret();
   const Proof good = make_proof(secret, ProofPurpose::resume, 5, 2);
+  const auto matches = [&](std::span<const std::byte> proof) {
+    return proof_matches(secret, ProofPurpose::resume, 5, 2, proof);
+  };
   const std::span<const std::byte> all(good);
-  CHECK(proof_matches(secret, ProofPurpose::resume, 5, 2, all));
-  for (std::size_t n = 0; n < all.size(); ++n) CHECK_FALSE(proof_matches(secret, ProofPurpose::resume, 5, 2, all.first(n)));
+  CHECK(matches(all));
+  for (std::size_t n = 0; n < all.size(); ++n) CHECK_FALSE(matches(all.first(n)));
   std::vector<std::byte> longer(all.begin(), all.end());
   longer.push_back(std::byte{0});
-  CHECK_FALSE(proof_matches(secret, ProofPurpose::resume, 5, 2, longer));
+  CHECK_FALSE(matches(longer));
 }
 
 TEST_CASE("an immediate with another epoch's bits fails its session, whatever tail it carries", "[hostile][core]") {
@@ -178,7 +186,8 @@ TEST_CASE("an immediate with another epoch's bits fails its session, whatever ta
     REQUIRE(f.producer->send(payload_of(0), Clock::now()));
     f.flush();
     const auto units = static_cast<std::uint32_t>(f.producer->ledger().published / wire::kRecordAlign);
-    f.inject_immediate(wire::encode(wire::Immediate{units, false, static_cast<std::uint32_t>(f.producer->epoch() + off)}));
+    const auto other_epoch = static_cast<std::uint32_t>(f.producer->epoch() + off);
+    f.inject_immediate(wire::encode(wire::Immediate{units, false, other_epoch}));
     const auto ok = f.take_publishes();
     REQUIRE_FALSE(ok);
     CHECK(ok.error() == errc::protocol_violation);

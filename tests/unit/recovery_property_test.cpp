@@ -322,10 +322,12 @@ class Harness {
       RC_ASSERT(!overwrote_);
       check_ledgers();
     }
-    const std::string ledgers = "; producer " + to_string(f_.producer->ledger()) + ", consumer " + to_string(f_.consumer().ledger());
+    const std::string ledgers =
+        "; producer " + to_string(f_.producer->ledger()) + ", consumer " + to_string(f_.consumer().ledger());
     if (expect_ != next_send_)
       RC_FAIL("delivered up to sequence " + std::to_string(expect_) + " of " + std::to_string(next_send_) + ledgers);
-    if (credit_lags()) RC_FAIL("the producer asked for credit 200 times and never got what the consumer released" + ledgers);
+    if (credit_lags())
+      RC_FAIL("the producer asked for credit 200 times and never got what the consumer released" + ledgers);
   }
 
   bool wedged() const { return wedged_; }
