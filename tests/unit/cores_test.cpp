@@ -269,11 +269,19 @@ TEST_CASE("tail mode: a misaligned tail and a tail past the credit are refused b
 }
 
 TEST_CASE("credit from another epoch is ignored and counted", "[core]") {
+  // In epoch 2 with a record published: a credit of epoch 1 (the old QP's, still in the credit
+  // MR) or of epoch 3 would release it, and must not.
   LoopbackFabric f(wire::PublishMode::imm, 4096, 1024);
-  std::array<std::byte, wire::kCreditRecordSize> c{};
-  wire::encode(wire::CreditRecord{2, 0, 0, 0}, c);
-  f.producer->on_credit(c);
-  CHECK(f.producer->counters().stale_credit == 1);
+  REQUIRE(f.resume());
+  REQUIRE(f.producer->send(payload_for(0, 100), Clock::now()));
+  f.flush();
+  for (std::uint64_t epoch : {1, 3}) {
+    std::array<std::byte, wire::kCreditRecordSize> c{};
+    wire::encode(wire::CreditRecord{epoch, f.producer->ledger().published, 1, 0}, c);
+    f.producer->on_credit(c);
+  }
+  CHECK(f.producer->counters().stale_credit == 2);
+  CHECK(f.producer->ledger().released == 0);
   CHECK_FALSE(f.producer->failure());
 }
 
@@ -291,25 +299,58 @@ TEST_CASE("record reader rejects lengths that run past the ring or the mark", "[
   CHECK(read_record(ring, g, 2048, 2048 + 1024).status == RecordView::Status::bad_length);
 }
 
-TEST_CASE("release takes only the end of a delivered record", "[core]") {
-  // ConsumerCore's own contract (OwnerCore only ever releases record ends): a producer core
-  // writes into a plain ring, the consumer core reads it directly.
-  const auto g = RingGeometry::make(4096, 1024).value();
-  std::vector<std::byte> staging(4096), ring(4096);
-  ProducerCore producer(staging, PeerRing{wire::PublishMode::imm, g, {}, wire::PayloadCheck::crc32c}, {});
-  ConsumerCore consumer(ring, g, wire::PublishMode::imm, ResumePoint{}, 0, {});
-  for (std::uint64_t i = 0; i < 3; ++i) REQUIRE(producer.send(payload_for(i, 100), Clock::now()));
-  auto batch = producer.take_batch();
-  REQUIRE(batch);
-  for (const WorkRequest& wr : batch->requests()) {
-    std::memcpy(ring.data() + wr.remote_offset, staging.data() + wr.local_offset, wr.length);
-    if (wr.kind == WorkRequest::Kind::write_with_imm) REQUIRE(consumer.on_immediate(wr.imm));
+namespace {
+
+// ConsumerCore's own contracts, below what OwnerCore asks of it: a producer core writes into a
+// plain ring, the consumer core reads it directly.
+struct TwoCores {
+  RingGeometry g = RingGeometry::make(4096, 1024).value();
+  std::vector<std::byte> staging = std::vector<std::byte>(4096), ring = std::vector<std::byte>(4096);
+  ProducerCore producer{staging, PeerRing{wire::PublishMode::imm, g, {}, wire::PayloadCheck::crc32c}, {}};
+  ConsumerCore consumer;
+
+  explicit TwoCores(std::uint64_t deliver_from = 0)
+      : consumer(ring, g, wire::PublishMode::imm, ResumePoint{}, deliver_from, {}) {}
+
+  // Records 0..n-1 sent, placed in the ring and published.
+  void send(std::uint64_t n) {
+    for (std::uint64_t i = 0; i < n; ++i) REQUIRE(producer.send(payload_for(i, 100), Clock::now()));
+    auto batch = producer.take_batch();
+    REQUIRE(batch);
+    for (const WorkRequest& wr : batch->requests()) {
+      std::memcpy(ring.data() + wr.remote_offset, staging.data() + wr.local_offset, wr.length);
+      if (wr.kind == WorkRequest::Kind::write_with_imm) REQUIRE(consumer.on_immediate(wr.imm));
+    }
   }
+  DeliveredRecord next() {
+    auto r = consumer.next(Clock::now());
+    REQUIRE(r);
+    REQUIRE(r.value());
+    return *r.value();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("release takes only the end of a delivered record", "[core]") {
+  TwoCores c;
+  c.send(3);
   std::vector<DeliveredRecord> got;
-  for (int i = 0; i < 3; ++i) got.push_back(*consumer.next(Clock::now()).value());
+  for (int i = 0; i < 3; ++i) got.push_back(c.next());
+  ConsumerCore& consumer = c.consumer;
   CHECK(consumer.release(got[0].end + 64).error() == errc::invalid_argument);  // inside a record
   CHECK(consumer.release(got[2].end + 64).error() == errc::invalid_argument);  // beyond delivery
   REQUIRE(consumer.release(got[1].end));
   CHECK(consumer.release(got[0].end).error() == errc::invalid_argument);  // already released
   REQUIRE(consumer.release(got[2].end));
+}
+
+TEST_CASE("a restored ring drops the records the application processed and delivers from its durable point", "[core]") {
+  // OwnerCore::restore's deliver_from: the producer still holds records the old owner had
+  // delivered; the application's durable point says which.
+  TwoCores c(2);
+  c.send(5);
+  for (std::uint64_t seq = 2; seq < 5; ++seq) CHECK(c.next().sequence == seq);
+  CHECK(c.consumer.counters().duplicates_dropped == 2);
+  CHECK(c.consumer.counters().records == 3);
 }

@@ -289,11 +289,13 @@ class Harness {
     check_ledgers();
   }
 
-  // Heal and drain: whatever the schedule, everything sent arrives, once.
+  // Heal and drain: whatever the schedule, everything sent arrives, once, and the producer's
+  // credit catches up with what the consumer released (a credit that lags, say one carrying an
+  // old `released`, starves a producer however long it asks).
   void heal_and_drain() {
     RC_LOG() << "  -- heal and drain --\n";
     f_.hold(false);
-    for (int round = 0; round < 200 && (expect_ < next_send_ || needs_recover()); ++round) {
+    for (int round = 0; round < 200 && (expect_ < next_send_ || needs_recover() || credit_lags()); ++round) {
       std::ostringstream d;
       f_.complete();
       if (f_.connect_pending()) connect(d);
@@ -320,9 +322,12 @@ class Harness {
       RC_ASSERT(!overwrote_);
       check_ledgers();
     }
+    const std::string ledgers =
+        "; producer " + to_string(f_.producer->ledger()) + ", consumer " + to_string(f_.consumer().ledger());
     if (expect_ != next_send_)
-      RC_FAIL("delivered up to sequence " + std::to_string(expect_) + " of " + std::to_string(next_send_) +
-              "; producer " + to_string(f_.producer->ledger()) + ", consumer " + to_string(f_.consumer().ledger()));
+      RC_FAIL("delivered up to sequence " + std::to_string(expect_) + " of " + std::to_string(next_send_) + ledgers);
+    if (credit_lags())
+      RC_FAIL("the producer asked for credit 200 times and never got what the consumer released" + ledgers);
   }
 
   bool wedged() const { return wedged_; }
@@ -333,6 +338,7 @@ class Harness {
   // it had none: the application calls recover() on completion_error), and no connect is on
   // its way.
   bool needs_recover() const { return !f_.connect_pending() && (f_.dropped() || f_.producer->failure()); }
+  bool credit_lags() const { return f_.producer->ledger().released != f_.consumer().ledger().released; }
   bool replay_admitted() const { return replay_admitted_; }
 
  private:

@@ -1,0 +1,195 @@
+// Hostile input that passes every checksum: bytes changed in place and sealed again (header
+// CRC, and payload CRC over what the header now claims), so that only the semantic checks of
+// the reader, the consumer, the producer and the session proofs stand between the lie and the
+// application. A bit flip is caught by a CRC whatever the code behind it does; these are the
+// lies a CRC cannot catch. Every case is enumerated: the tests are deterministic.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <functional>
+
+#include "../fabric/loopback.hpp"
+#include "rdmaring/checksum.hpp"
+#include "rdmaring/record_reader.hpp"
+
+using namespace rdmaring;
+using rdmaring::test::LoopbackFabric;
+
+namespace {
+
+using HeaderBytes = std::span<std::byte, wire::kRecordHeaderSize>;
+
+template <class T>
+T field(HeaderBytes h, std::size_t at) {
+  T v;
+  std::memcpy(&v, h.data() + at, sizeof v);
+  return v;
+}
+template <class T>
+void set_field(HeaderBytes h, std::size_t at, T v) {
+  std::memcpy(h.data() + at, &v, sizeof v);
+}
+
+// Applies `lie` to the raw header at `offset` of `ring`, then seals it again: the payload CRC
+// over the payload length the header now claims (as far as `ring` goes: it may extend past the
+// ring proper), then the header CRC.
+void reseal(std::span<std::byte> ring, std::uint64_t offset, const std::function<void(HeaderBytes)>& lie) {
+  const HeaderBytes h = ring.subspan(offset).first<wire::kRecordHeaderSize>();
+  lie(h);
+  const auto len = field<std::uint32_t>(h, 0);
+  const std::uint64_t after = offset + wire::kRecordHeaderSize;
+  set_field(h, 16, crc32c(ring.subspan(after, std::min<std::uint64_t>(len, ring.size() - after))));
+  set_field(h, 20, crc32c(std::span<const std::byte>(h).first(20)));
+}
+
+struct Lie {
+  const char* what;
+  std::function<void(HeaderBytes)> apply;
+  bool last_only;  // a lie about the length can only be seen where nothing follows the record
+};
+
+std::function<void(HeaderBytes)> shift_sequence(std::uint64_t by) {
+  return [by](HeaderBytes h) { set_field(h, 8, field<std::uint64_t>(h, 8) + by); };
+}
+
+const std::vector<Lie>& lies() {
+  static const std::vector<Lie> all = {
+      {"sequence + 1: the record before it was lost", shift_sequence(1), false},
+      {"sequence - 1: an old record replayed", shift_sequence(~std::uint64_t{0}), false},
+      {"reserved bits set", [](HeaderBytes h) { set_field<std::uint16_t>(h, 6, 0x0100); }, false},
+      {"unknown kind", [](HeaderBytes h) { set_field<std::uint16_t>(h, 4, 7); }, false},
+      {"span 64 B past the publish mark",
+       [](HeaderBytes h) { set_field<std::uint32_t>(h, 0, field<std::uint32_t>(h, 0) + wire::kRecordAlign); }, true},
+  };
+  return all;
+}
+
+std::vector<std::byte> payload_of(std::uint64_t seq) {
+  std::vector<std::byte> p((seq * 211 + 30) % 700);
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] = static_cast<std::byte>(seq * 7 + i);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("a record re-sealed with a lie is never delivered and fails its session", "[hostile][core]") {
+  // `lap` records go round first, so that victims sit at every kind of offset, some behind
+  // padding at the wrap; then `count` more, and record `victim` of them lies.
+  for (const Lie& lie : lies()) {
+    for (std::uint64_t lap = 0; lap < 12; lap += 3) {
+      for (std::uint64_t count = 1; count <= 4; ++count) {
+        for (std::uint64_t victim = lie.last_only ? count - 1 : 0; victim < count; ++victim) {
+          INFO(lie.what << ", after " << lap << " records, record " << victim << " of " << count);
+          LoopbackFabric f(wire::PublishMode::imm, 4096, 1000);
+          std::uint64_t seq = 0;
+          for (; seq < lap; ++seq) {
+            REQUIRE(f.producer->send(payload_of(seq), Clock::now()));
+            f.flush();
+            f.deliver_publishes();
+            REQUIRE(f.deliver(SIZE_MAX, [](const Delivery&) {}) == 1);
+            f.return_credit();
+          }
+          std::uint64_t victim_at = 0;
+          for (std::uint64_t i = 0; i < count; ++i, ++seq) {
+            if (i == victim) victim_at = f.producer->ledger().committed;
+            REQUIRE(f.producer->send(payload_of(seq), Clock::now()));
+          }
+          f.flush();
+          // Padding may stand where the victim was to go: the record itself follows it.
+          if (f.geometry().to_end(victim_at) < wire::record_span(payload_of(lap + victim).size()))
+            victim_at += f.geometry().to_end(victim_at);
+          reseal(f.ring(), f.geometry().offset(victim_at), lie.apply);
+          f.deliver_publishes();
+          std::uint64_t expect = lap;
+          Result<std::optional<TakenRecord>> r = std::optional<TakenRecord>{};
+          while ((r = f.next()) && r.value()) {
+            CHECK(r.value()->delivery.sequence == expect);
+            f.finish(std::span(&*r.value(), 1), 1);
+            ++expect;
+          }
+          CHECK(expect == lap + victim);
+          REQUIRE_FALSE(r);
+          CHECK(r.error() == errc::protocol_violation);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the record reader refuses a sealed record running one unit past the mark or the ring's end",
+          "[hostile][ring]") {
+  const auto g = RingGeometry::make(4096, 4096 - wire::kRecordHeaderSize).value();
+  // Twice the ring: what a reader that overran the ring's end would read is there, sealed in.
+  std::vector<std::byte> backing(2 * g.bytes);
+  const std::span<std::byte> ring = std::span(backing).first(g.bytes);
+  for (std::uint64_t head = g.bytes; head < 2 * g.bytes; head += wire::kRecordAlign) {
+    const std::uint64_t offset = g.offset(head);
+    const std::uint64_t longest = g.to_end(head) + wire::kRecordAlign;
+    for (std::uint64_t span = wire::kRecordAlign; span <= longest; span += wire::kRecordAlign) {
+      INFO("record at offset " << offset << " spanning " << span << " B");
+      std::fill(backing.begin(), backing.end(), std::byte{0x5a});
+      const auto len = static_cast<std::uint32_t>(span - wire::kRecordHeaderSize);
+      reseal(backing, offset, [&](HeaderBytes h) {
+        wire::encode(wire::RecordHeader{len, wire::RecordKind::data, 9, 0}, h);
+      });
+      const bool fits = span <= g.to_end(head);
+      CHECK(read_record(ring, g, head, head + span).status ==
+            (fits ? RecordView::Status::data : RecordView::Status::bad_length));
+      CHECK(read_record(ring, g, head, head + span - wire::kRecordAlign).status == RecordView::Status::bad_length);
+      if (!fits) CHECK(read_record(ring, g, head, head + 2 * g.bytes).status == RecordView::Status::bad_length);
+    }
+  }
+}
+
+TEST_CASE("a header with reserved bits set is refused even when sealed again", "[hostile][wire]") {
+  for (unsigned bit = 0; bit < 16; ++bit) {
+    std::array<std::byte, wire::kRecordHeaderSize> b{};
+    wire::encode(wire::RecordHeader{100, wire::RecordKind::data, 3, 0}, b);
+    reseal(b, 0, [bit](HeaderBytes h) { set_field(h, 6, static_cast<std::uint16_t>(1u << bit)); });
+    CHECK_FALSE(wire::decode_record_header(b));
+  }
+}
+
+TEST_CASE("a sealed credit releasing more than the producer published fails the producer", "[hostile][core]") {
+  for (std::uint64_t beyond : {std::uint64_t{64}, std::uint64_t{4096}}) {
+    LoopbackFabric f(wire::PublishMode::imm, 4096, 1000);
+    for (std::uint64_t seq = 0; seq < 3; ++seq) REQUIRE(f.producer->send(payload_of(seq), Clock::now()));
+    f.flush();
+    const ProducerLedger before = f.producer->ledger();
+    std::array<std::byte, wire::kCreditRecordSize> c{};
+    wire::encode(wire::CreditRecord{f.producer->epoch(), before.published + beyond, 3, 0}, c);
+    f.producer->on_credit(c);
+    REQUIRE(f.producer->failure());
+    CHECK(*f.producer->failure() == errc::protocol_violation);
+    CHECK(f.producer->ledger().released == before.released);
+  }
+}
+
+TEST_CASE("a proof shorter or longer than a proof never matches", "[hostile][sessions]") {
+  const SessionSecret secret = random_secret();
+  const Proof good = make_proof(secret, ProofPurpose::resume, 5, 2);
+  const auto matches = [&](std::span<const std::byte> proof) {
+    return proof_matches(secret, ProofPurpose::resume, 5, 2, proof);
+  };
+  const std::span<const std::byte> all(good);
+  CHECK(matches(all));
+  for (std::size_t n = 0; n < all.size(); ++n) CHECK_FALSE(matches(all.first(n)));
+  std::vector<std::byte> longer(all.begin(), all.end());
+  longer.push_back(std::byte{0});
+  CHECK_FALSE(matches(longer));
+}
+
+TEST_CASE("an immediate with another epoch's bits fails its session, whatever tail it carries", "[hostile][core]") {
+  // The copy repeats the tail of the honest immediate before it: only its epoch bits are wrong.
+  for (std::uint32_t off = 1; off < 8; ++off) {
+    LoopbackFabric f(wire::PublishMode::imm, 4096, 1000);
+    REQUIRE(f.producer->send(payload_of(0), Clock::now()));
+    f.flush();
+    const auto units = static_cast<std::uint32_t>(f.producer->ledger().published / wire::kRecordAlign);
+    const auto other_epoch = static_cast<std::uint32_t>(f.producer->epoch() + off);
+    f.inject_immediate(wire::encode(wire::Immediate{units, false, other_epoch}));
+    const auto ok = f.take_publishes();
+    REQUIRE_FALSE(ok);
+    CHECK(ok.error() == errc::protocol_violation);
+  }
+}
