@@ -1,7 +1,5 @@
 #include "rdmaring/producer.hpp"
 
-#include <array>
-#include <thread>
 
 #include "control_client.hpp"
 #include "producer_test_access.hpp"
