@@ -1,6 +1,5 @@
 #include "rdmaring/producer.hpp"
 
-
 #include "control_client.hpp"
 #include "producer_test_access.hpp"
 #include "rdmaring/metrics_text.hpp"
