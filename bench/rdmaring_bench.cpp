@@ -32,6 +32,7 @@
 // of this harness, not of the queue, is left out.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,6 +44,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -51,6 +53,7 @@
 #include <vector>
 
 #include "bench_records.hpp"
+#include "rdmaring/idle_strategy.hpp"
 #include "rdmaring/producer.hpp"
 #include "rdmaring/ring_owner.hpp"
 #include "rdmaring/verbs/context.hpp"
@@ -88,6 +91,12 @@ struct Options {
   bool quiet = false;         // no progress lines
   std::string device;         // phases: the device to open (default: RDMARING_DEVICE, else the first)
   std::string sizes_mb = "1,16,64";  // phases: buffer sizes
+  // spin: both sides poll without pause (the throughput and latency figures); sleep: the owner
+  // polls with an IdleStrategy that ends in RingOwner::wait(), the producer waits in
+  // Producer::wait() (protocol-spec/wakeup.md).
+  std::string idle = "spin";
+  std::uint64_t gap_ms = 0;  // latency: a lull before each record (the first record after it wakes the owner)
+  double idle_s = 0;         // after the records, both sides idle this long: CPU per process over it
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -95,7 +104,8 @@ struct Options {
             << "usage: rdmaring-bench pair|consumer|producer [--address A] [--port P] [--mode imm|tail]\n"
                "  [--ring BYTES] [--max-record BYTES] [--records N] [--sizes mixed|fixed:N] [--seed S]\n"
                "  [--slow-every N --slow-us U] [--relaxed] [--payload-check crc32c|none] [--timeout SECONDS]\n"
-               "  [--latency [--warmup N]] [--json FILE] [--no-fill] [--metrics PREFIX] [-q]\n"
+               "  [--latency [--warmup N] [--gap-ms G]] [--idle spin|sleep] [--idle-s S] [--json FILE] [--no-fill]\n"
+               "  [--metrics PREFIX] [-q]\n"
                "       rdmaring-bench phases [--device NAME] [--sizes-mb 1,16,64]\n";
   std::exit(2);
 }
@@ -136,6 +146,9 @@ Options parse(int argc, char** argv) {
     else if (k == "-q") o.quiet = true;
     else if (k == "--device") o.device = next();
     else if (k == "--sizes-mb") o.sizes_mb = next();
+    else if (k == "--idle") o.idle = next();
+    else if (k == "--gap-ms") o.gap_ms = std::stoull(next());
+    else if (k == "--idle-s") o.idle_s = std::stod(next());
     else usage("unknown option " + k);
   }
   if (o.device.empty()) {
@@ -146,6 +159,7 @@ Options parse(int argc, char** argv) {
   if (o.role == "phases") return o;
   if (o.address.empty()) usage("no --address and no RDMARING_ADDR");
   if (o.mode != "imm" && o.mode != "tail") usage("--mode must be imm or tail");
+  if (o.idle != "spin" && o.idle != "sleep") usage("--idle must be spin or sleep");
   return o;
 }
 
@@ -247,6 +261,14 @@ std::uint64_t total(const std::map<std::string, std::uint64_t>& counts) {
 
 // What a side holds while records flow: its MRs, and what the kernel charged this process for
 // them (VmPin) beside what mlock() holds (VmLck).
+// CPU seconds this process has used, all threads (what /proc/PID/stat's utime + stime say).
+double process_cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
 std::string memory_fields(const std::string& device, const RegistrationFootprint& mrs) {
   const verbs::MemlockState m = verbs::read_memlock_state();
   std::ostringstream out;
@@ -349,10 +371,21 @@ int run_consumer(const Options& o) {
     bytes += r.payload.size();
     ++expect;
   };
+  // --idle sleep: after an empty poll, spin, yield, then sleep until the next event.
+  IdleStrategy idle;
+  const auto pause = [&](std::size_t n) {
+    if (o.idle == "spin") return;
+    switch (idle.next(n)) {
+      case IdleStrategy::Step::spin: break;
+      case IdleStrategy::Step::yield: std::this_thread::yield(); break;
+      case IdleStrategy::Step::sleep: must(consumer->wait(std::chrono::milliseconds(200)), "wait"); break;
+    }
+  };
   // The clock is read after deliveries and every so many empty polls: each read delays the
   // next poll, and so the delivery the latency runs time.
   for (std::uint64_t empty = 0; expect < o.records;) {
     const auto n = must(consumer->poll(check, 256), "poll");
+    pause(n);
     if (n == 0 && ++empty % 256 != 0) continue;
     const auto now = Clock::now();
     if (n > 0) {
@@ -376,8 +409,13 @@ int run_consumer(const Options& o) {
   const auto flowing = consumer->stats();
   const std::string memory = memory_fields(flowing.device, flowing.registered);
   if (!o.metrics.empty()) write_text(o.metrics + "-owner.prom", consumer->metrics());
-  // Keep answering credit requests until the producer has drained and detached.
-  while (consumer->session_count() > 0 && Clock::now() < deadline) must(consumer->poll([](const Delivery&) {}, 64), "poll");
+  // Keep answering credit requests until the producer has drained and detached: with --idle-s,
+  // the lull whose CPU cost is measured.
+  const double cpu_before = process_cpu_s();
+  const auto lull_start = Clock::now();
+  while (consumer->session_count() > 0 && Clock::now() < deadline) pause(must(consumer->poll([](const Delivery&) {}, 64), "poll"));
+  const double lull_s = Seconds(Clock::now() - lull_start).count();
+  const double lull_cpu_pct = 100 * (process_cpu_s() - cpu_before) / std::max(lull_s, 1e-9);
   const auto s = consumer->stats();
   const ConsumerCounters& core = s.rings;
   std::ostringstream line;
@@ -387,7 +425,9 @@ int run_consumer(const Options& o) {
             << " recv_completions=" << s.recv_completions << " recv_posts=" << s.recv_posts
             << " padding=" << core.padding_records << " not_ready=" << core.not_ready
             << " torn_tail=" << core.torn_tail_reads << " async_events=" << total(s.async_events)
-            << " completion_errors=" << total(s.completion_errors) << memory << counters.fields();
+            << " completion_errors=" << total(s.completion_errors) << " sleeps=" << s.sleeps
+            << " doorbells=" << core.doorbells << " lull_s=" << lull_s << " lull_cpu_pct=" << lull_cpu_pct << memory
+            << counters.fields();
   std::cout << line.str() << std::endl;
   const auto m = fields(line.str());
   write_json(o, &m, nullptr, bad == 0);
@@ -408,6 +448,7 @@ Result<std::string> measure_latency(const Options& o, Producer& producer, std::u
   half_rtt_us.reserve(o.records);
   for (std::uint64_t seq = 0; seq < o.records; ++seq) {
     const std::uint32_t len = size_of(o, seq);
+    if (o.gap_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.gap_ms));
     // The previous round trip released everything: the claim fits at once.
     BOOST_OUTCOME_TRY(dst, producer.claim(len));
     fill(o, seq, dst);
@@ -458,6 +499,8 @@ int run_producer(const Options& o) {
   ProducerOptions po;
   po.address = o.address;
   po.control_port = o.port;
+  // --idle spin: drain() and a starved send never sleep, as before wait() existed.
+  if (o.idle == "spin") po.idle.spins = std::numeric_limits<std::uint32_t>::max();
   const auto attach_start = Clock::now();
   Producer producer = Producer::attach(po);
   const auto t0 = Clock::now();
@@ -472,6 +515,18 @@ int run_producer(const Options& o) {
   const auto secs = Seconds(Clock::now() - t0).count();
   const auto flowing = producer.stats();
   const std::string memory = memory_fields(flowing.device, flowing.registered);
+  // The lull, as an application with nothing to send waits for credit or trouble: spinning on
+  // progress() (all it could do before Producer::wait existed), or sleeping in wait().
+  std::string lull;
+  if (o.idle_s > 0) {
+    const double cpu_before = process_cpu_s();
+    for (const auto end = Clock::now() + Seconds(o.idle_s); Clock::now() < end;) {
+      if (o.idle == "spin") must(producer.progress(), "progress");
+      else must(producer.wait(std::chrono::milliseconds(200)), "wait");
+    }
+    lull = " lull_s=" + std::to_string(o.idle_s) +
+           " lull_cpu_pct=" + std::to_string(100 * (process_cpu_s() - cpu_before) / o.idle_s);
+  }
   must(producer.detach(timeout), "detach");
   const auto s = producer.stats();
   if (!o.metrics.empty()) write_text(o.metrics + "-producer.prom", producer.metrics());
@@ -488,7 +543,8 @@ int run_producer(const Options& o) {
        << " wire_per_payload=" << static_cast<double>(s.core.wire_bytes) / static_cast<double>(std::max<std::uint64_t>(bytes, 1))
        << " attach_ms=" << std::chrono::duration<double, std::milli>(t0 - attach_start).count()
        << " async_events=" << total(s.async_events) << " completion_errors=" << total(s.completion_errors)
-       << " recoveries=" << s.recoveries << memory << latency;
+       << " recoveries=" << s.recoveries << " sleeps=" << s.sleeps << " doorbells=" << s.core.doorbells
+       << " credit_notifications=" << s.credit_notifications << memory << latency << lull;
   std::cout << line.str() << std::endl;
   const auto m = fields(line.str());
   write_json(o, nullptr, &m, true);
@@ -558,6 +614,12 @@ void report(const Options& o, const std::string& c_out, const std::string& p_out
     std::cout << "  memory       " << ((side == &c) ? "consumer" : "producer") << " on " << f(*side, "device") << ": "
               << f(*side, "mr_regions") << " MRs, " << f(*side, "mr_bytes") << " B registered; VmPin "
               << f(*side, "vm_pin") << " B, VmLck " << f(*side, "vm_lck") << " B\n";
+  std::cout << "  idle         " << o.idle << ": owner slept " << f(c, "sleeps") << " times, " << f(c, "doorbells")
+            << " doorbells; producer slept " << f(p, "sleeps") << " times";
+  if (o.idle_s > 0)
+    std::cout << "; over the " << f(p, "lull_s") << " s lull: owner process " << f(c, "lull_cpu_pct")
+              << " % of a core, producer process " << f(p, "lull_cpu_pct") << " %";
+  std::cout << "\n";
   std::cout << "  events       async events: consumer " << f(c, "async_events") << ", producer " << f(p, "async_events")
             << "; error completions: consumer " << f(c, "completion_errors") << ", producer "
             << f(p, "completion_errors") << "; recoveries " << f(p, "recoveries") << "\n";

@@ -103,7 +103,8 @@ void check_credentials(schema::Credentials::Reader in) {
 
 bool known_refusal_errc(const Error& e) {
   return e == errc::invalid_argument || e == errc::protocol_violation || e == errc::unknown_session ||
-         e == errc::bad_proof || e == errc::stale_epoch || e == errc::no_capacity || e == errc::ring_changed;
+         e == errc::bad_proof || e == errc::stale_epoch || e == errc::no_capacity || e == errc::ring_changed ||
+         e == errc::memlock_too_low || e == errc::odp_unsupported;
 }
 
 Error check_refusal(schema::Refusal::Reader in) {

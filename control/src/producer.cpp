@@ -1,5 +1,8 @@
 #include "rdmaring/producer.hpp"
 
+#include <algorithm>
+#include <thread>
+
 #include "control_client.hpp"
 #include "producer_test_access.hpp"
 #include "rdmaring/metrics_text.hpp"
@@ -156,15 +159,64 @@ Result<void> Producer::send(std::span<const std::byte> payload) {
   return success();
 }
 
+namespace {
+
+// How long send(timeout) and drain() sleep at a time: what is left of the deadline, at least
+// 1 ms (rounding must never make it spin) and at most 100 ms, because only completions end the
+// sleep, and a producer waiting for credit must still notice soon an owner that went away (the
+// control thread's alarm, an rdma_cm disconnect), which raises none.
+std::chrono::milliseconds left(Clock::time_point deadline, Clock::time_point now) {
+  return std::clamp(std::chrono::ceil<std::chrono::milliseconds>(deadline - now), std::chrono::milliseconds(1),
+                    std::chrono::milliseconds(100));
+}
+
+}  // namespace
+
 Result<void> Producer::send(std::span<const std::byte> payload, std::chrono::nanoseconds timeout) {
   const auto deadline = Clock::now() + timeout;
+  IdleStrategy idle(c_->options.idle);
   for (;;) {
     auto r = send(payload);
     if (r || r.error() != errc::would_block) return r;
-    if (Clock::now() >= deadline)
+    const auto now = Clock::now();
+    if (now >= deadline)
       return make_error(errc::timed_out, "send(" + std::to_string(payload.size()) + " B): no ring space; " + ledger_dump());
+    // send() asked for credit; the answer comes with an immediate.
+    BOOST_OUTCOME_TRYV(pause(idle, deadline, now));
   }
 }
+
+Result<void> Producer::pause(IdleStrategy& idle, Clock::time_point deadline, Clock::time_point now) {
+  switch (idle.next(0)) {
+    case IdleStrategy::Step::spin: return success();
+    case IdleStrategy::Step::yield: std::this_thread::yield(); return success();
+    case IdleStrategy::Step::sleep: break;
+  }
+  BOOST_OUTCOME_TRYV(wait(left(deadline, now)));
+  return success();
+}
+
+Result<bool> Producer::arm() {
+  ProducerCore& core = *c_->core;
+  if (auto alarm = c_->control->alarm()) return *alarm;
+  // Nothing may sit out its coalescing delay while the producer sleeps.
+  BOOST_OUTCOME_TRYV(flush());
+  BOOST_OUTCOME_TRY(sleep, c_->data->arm(core));
+  if (core.failure()) return *core.failure();
+  // The credit read may owe the owner a doorbell (protocol-spec/wakeup.md, the repair rule).
+  if (core.publish_pending()) {
+    BOOST_OUTCOME_TRYV(flush());
+  }
+  return sleep;
+}
+
+Result<bool> Producer::wait(std::chrono::milliseconds timeout) {
+  BOOST_OUTCOME_TRY(sleep, arm());
+  if (!sleep) return true;
+  return c_->data->sleep(timeout);
+}
+
+int Producer::fd() const { return c_->data->fd(); }
 
 Result<std::span<std::byte>> Producer::claim(std::uint32_t len) {
   c_->claimed_at = Clock::now();
@@ -187,20 +239,35 @@ void Producer::abort() noexcept { c_->core->abort(); }
 
 Result<void> Producer::flush() { return post_due(true, {}); }
 
+bool Producer::quiescent() {
+  ProducerCore& core = *c_->core;
+  const ProducerLedger l = core.ledger();
+  if (l.released == l.claimed) return true;
+  // Credit comes back lazily, a quarter ring at a time: ask for what settles the rest.
+  if (!core.publish_pending() && !core.failure()) {
+    core.request_credit();
+    (void)post_due(true, {});  // a failed post breaks the connection: the next progress() says so
+  }
+  return false;
+}
+
 Result<void> Producer::drain(std::chrono::nanoseconds timeout) {
   const auto deadline = Clock::now() + timeout;
+  IdleStrategy idle(c_->options.idle);
   // The consumer writes credit lazily: ask with the publish itself, one post per round trip.
   c_->core->request_credit();
   BOOST_OUTCOME_TRYV(flush());
-  for (std::uint32_t spins = 1;; ++spins) {
+  for (;;) {
     BOOST_OUTCOME_TRYV(progress());
     const auto l = c_->core->ledger();
     if (l.released == l.committed) return success();
-    // The deadline is read every so many spins: a clock read would delay noticing the credit.
-    if (spins % 64 == 0 && Clock::now() >= deadline) return make_error(errc::timed_out, "drain: " + ledger_dump());
-    // The consumer writes credit lazily; a drain must not wait for a quarter ring.
+    const auto now = Clock::now();
+    if (now >= deadline) return make_error(errc::timed_out, "drain: " + ledger_dump());
+    // The consumer writes credit lazily; a drain must not wait for a quarter ring. It answers a
+    // request with an immediate, which ends a wait.
     c_->core->request_credit();
     BOOST_OUTCOME_TRYV(flush());
+    BOOST_OUTCOME_TRYV(pause(idle, deadline, now));
   }
 }
 
@@ -221,8 +288,8 @@ ProducerStats Producer::stats() const {
   const ProducerDataPlaneCounters& d = c_->data->counters();
   return ProducerStats{c_->data->device(),   c_->data->registered(), c_->core->counters(),
                        d.post_send_calls,    d.completions,          d.stale_completions,
-                       c_->recoveries,       d.completion_errors,    c_->data->async_event_counts(),
-                       c_->core->ledger()};
+                       c_->recoveries,       d.credit_notifications, d.sleeps,
+                       d.completion_errors,  c_->data->async_event_counts(), c_->core->ledger()};
 }
 
 std::string Producer::metrics() const {
@@ -242,6 +309,9 @@ std::string Producer::metrics() const {
   m.counter("producer_stale_credit_total", "Credit records of another epoch, ignored", k.stale_credit);
   m.counter("producer_recoveries_total", "Resumes into a new epoch", s.recoveries);
   m.counter("producer_stale_completions_total", "Completions of a replaced connection", s.stale_completions);
+  m.counter("producer_credit_notifications_total", "Credit records written with an immediate", s.credit_notifications);
+  m.counter("producer_sleeps_total", "Waits that armed the completion queue and slept", s.sleeps);
+  m.counter("producer_doorbells_total", "Publishes followed by a doorbell (mode tail)", k.doorbells);
   m.counters("producer_completion_errors_total", "Error completions by status", s.completion_errors, "status");
   m.counters("producer_async_events_total", "Asynchronous device events, acknowledged", s.async_events, "type");
   m.registrations("producer", s.device, s.registered.regions, s.registered.bytes);

@@ -36,7 +36,8 @@ Result<void> RingOwnerOptions::validate() const {
                       "relaxed ordering with payload check none: placement order is then up to the fabric, and the "
                       "payload CRC is the only check that would see a record whose bytes have not all landed; keep "
                       "payload_check crc32c");
-  if (mode == wire::PublishMode::imm && recv_depth < 2 * kRecvRepostBatch)
+  // Both modes: immediates publish in mode imm, doorbells wake the owner in mode tail.
+  if (recv_depth < 2 * kRecvRepostBatch)
     return make_error(errc::bad_config, "recv_depth " + std::to_string(recv_depth) + " below " +
                                             std::to_string(2 * kRecvRepostBatch));
   if (address.empty()) return make_error(errc::bad_config, "no address: the owner listens on one RDMA device's address");
@@ -278,6 +279,10 @@ std::uint16_t RingOwner::data_port() const { return s_->data.data_port(); }
 
 Result<std::span<const TakenRecord>> RingOwner::begin_poll(std::size_t max) { return s_->data.begin_poll(max); }
 std::size_t RingOwner::end_poll(std::size_t handled) noexcept { return s_->data.end_poll(handled); }
+Result<bool> RingOwner::wait(std::chrono::milliseconds timeout) { return s_->data.wait(timeout); }
+Result<bool> RingOwner::arm() { return s_->data.arm(); }
+int RingOwner::fd() const { return s_->data.fd(); }
+void RingOwner::wake() const { s_->data.wake(); }
 
 std::size_t RingOwner::session_count() const {
   return s_->data.inspect([](const OwnerCore& core, const DataPlaneCounters&) { return core.table().size(); });
@@ -297,6 +302,7 @@ RingOwnerStats RingOwner::stats() const {
     st.recv_posts = dp.recv_posts;
     st.credit_posts = c.credit_posts;
     st.credit_post_failures = dp.credit_post_failures;
+    st.sleeps = dp.sleeps;
     st.stale_completions = dp.stale_completions;
     st.error_completions = c.error_completions;
     st.completion_errors = dp.completion_errors;
@@ -347,7 +353,11 @@ std::string RingOwner::metrics() const {
   m.counter("owner_stale_epoch_publishes_total", "Publishes of another epoch, ignored", s.rings.stale_epoch);
   m.counter("owner_duplicates_dropped_total", "Records below a restored session's durable sequence, not delivered",
             s.rings.duplicates_dropped);
-  m.counter("owner_recv_completions_total", "Receive completions (immediates)", s.recv_completions);
+  m.counter("owner_recv_completions_total", "Receive completions (immediates, doorbells)", s.recv_completions);
+  m.counter("owner_sleeps_total", "Waits that armed the completion queue and slept", s.sleeps);
+  m.counter("owner_doorbells_total", "Doorbells received (mode tail: a producer woke the owner)", s.rings.doorbells);
+  m.counter("owner_doorbell_flag_writes_total", "Credit records written to set or clear a producer's doorbell flag",
+            s.rings.doorbell_flag_writes);
   m.counter("owner_stale_completions_total", "Completions of a QP that is gone", s.stale_completions);
   m.counters("owner_completion_errors_total", "Error completions by status", s.completion_errors, "status");
   m.counters("owner_async_events_total", "Asynchronous device events, acknowledged", s.async_events, "type");

@@ -49,6 +49,34 @@
  *   RETRY_RANGE   (SESSION, a proposed rule) while resuming, the table admits a resume of any epoch
  *                 from U to the current one, not only U and the current one: the epochs granted
  *                 by earlier retries, which the producer may hold
+ *   SLEEP         1 = the ring owner may sleep (the wake-up protocol of wakeup.md, protocol v3;
+ *                 README.md §1.2). When it sees nothing pending (nothing unread, tail MR
+ *                 unchanged, CQ empty, no credit owed, every record it read released): mode tail:
+ *                 a credit record with the doorbell flag set (unless the last one carried it; only
+ *                 over a live, established link), then, once that write has completed, the re-check
+ *                 of the tail MR: moved, it stays awake, else it is asleep; mode imm: CQ armed and
+ *                 re-drained, asleep. Asleep it takes no step until a receive completion is in
+ *                 the CQ (mode tail: the producer's doorbell, a zero-length WRITE_WITH_IMM after
+ *                 the tail write), which wakes it; a doorbell while its flag is set makes it write
+ *                 a credit record with flag 0. A new epoch wakes it. The producer (mode tail) keeps
+ *                 a doorbell state per epoch (starts set; a credit record of its epoch sets it to
+ *                 the flag), follows every publish with a doorbell while it is set (read after the
+ *                 publish is posted), and owes a doorbell (the repair rule) when it takes a record
+ *                 with the flag set and released below its published position.
+ *                 0 = none of it: runs 1-24 are unchanged, states included
+ *   MAXSLEEP      (SLEEP) sleeps the owner may begin over a run (default 2); then it stays awake
+ *   FLAG_FIRST    (SLEEP, mutant) the producer reads its doorbell state before it posts the publish
+ *   NO_REPAIR     (SLEEP, mutant) the producer has no repair rule
+ *   SLEEP_UNCONFIRMED (SLEEP, mutant) the owner re-checks the tail MR without waiting for its flag
+ *                 write to complete (the model shows it is still safe: README.md §5 item 9)
+ *   CLEAR_ASK     (SLEEP, mutant) a credit record that returns no credit (released unchanged, only
+ *                 the flag changes) clears the credit request seen, as ConsumerCore::take_credit
+ *                 does today (README.md §5 item 8); 0 = the request stays pending until released
+ *                 moves (wakeup.md O2)
+ *   INIT_CLEAR    (SLEEP, mutant) the producer starts each epoch with its doorbell state clear
+ *   NO_FLAG       (SLEEP, mutant) the owner sleeps without writing the flag (skips step 2)
+ *   NO_REDRAIN    (SLEEP, mode imm, mutant) the owner arms the CQ after its drain and sleeps
+ *                 without draining again: a completion queued before the arming raises no event
  *
  * Properties (assertions; README.md §3):
  *   P1 the consumer delivers only the record it expects, fully placed, as the current producer
@@ -61,6 +89,8 @@
  *   P9 (SESSION) a control message of an epoch the session left (older than the current one and
  *      not the unconfirmed one) changes nothing: not the ring, the consumer's positions, the
  *      epoch, the session's state or the producer's link.
+ *   With SLEEP, P6 is also the lost-wake-up property: an owner asleep is blocked, so an end state
+ *   where it sleeps while something published is undelivered fails P6.
  */
 
 #ifndef MODE
@@ -120,6 +150,33 @@
 #ifndef RETRY_RANGE
 #define RETRY_RANGE 0
 #endif
+#ifndef SLEEP
+#define SLEEP 0
+#endif
+#ifndef MAXSLEEP
+#define MAXSLEEP 2
+#endif
+#ifndef FLAG_FIRST
+#define FLAG_FIRST 0
+#endif
+#ifndef NO_REPAIR
+#define NO_REPAIR 0
+#endif
+#ifndef SLEEP_UNCONFIRMED
+#define SLEEP_UNCONFIRMED 0
+#endif
+#ifndef CLEAR_ASK
+#define CLEAR_ASK 0
+#endif
+#ifndef INIT_CLEAR
+#define INIT_CLEAR 0
+#endif
+#ifndef NO_FLAG
+#define NO_FLAG 0
+#endif
+#ifndef NO_REDRAIN
+#define NO_REDRAIN 0
+#endif
 
 #define IMM  1
 #define TAIL 2
@@ -164,7 +221,11 @@ byte cm_ep, cm_rel;
 /* ---- fabric ---- */
 chan qp = [QCAP] of { mtype, byte, byte, byte, byte, byte };  /* kind, epoch, pos, incarnation, tail, request */
 chan cq = [CQCAP] of { byte, byte, bit };                      /* immediate: epoch bits, tail, credit request */
+#if SLEEP
+chan cr = [CRCAP] of { byte, byte, bit };                      /* credit record: epoch, released, doorbell flag */
+#else
 chan cr = [CRCAP] of { byte, byte };                           /* credit record: epoch, released */
+#endif
 bit  pd_valid[PCAP];                                           /* executed, not yet placed (relaxed) */
 byte pd_ep[PCAP], pd_pos[PCAP], pd_inc[PCAP];
 byte npend = 0;      /* valid pd_ entries */
@@ -182,6 +243,64 @@ bit  c_asked;
 byte c_seen;       /* credit_requests_seen: last counter seen in a tail record */
 byte c_viol = 0;
 byte g_last = 0;   /* ghost: last sequence delivered, over all epochs */
+
+/* mode tail: the tail MR holds a record of this epoch the consumer has not taken yet */
+#define TAIL_NEWS (tm_valid && (!TAIL_EPOCH || tm_ep == epoch) && (tm_tail > c_mark || tm_creq != c_seen))
+
+#if SLEEP
+/* ---- the owner's sleep and the doorbell (wakeup.md; README.md §1.2) ---- */
+#define AWAKE    0  /* the owner polls */
+#define FLAGGING 1  /* mode tail: the flag is set in the last credit record written; the owner waits
+                     * for that write to complete (to have landed in the producer's credit MR) */
+#define ASLEEP   2  /* blocked: it takes no step until a receive completion is in the CQ */
+byte c_slp = AWAKE;
+byte sleeps = 0;   /* sleeps begun, over the run (at most MAXSLEEP) */
+#if MODE == TAIL
+bit  c_flag = 1;   /* the flag of the last credit record written (doorbell_written_); per epoch it
+                    * starts set, as the producer's doorbell state does */
+bit  p_door = !INIT_CLEAR;  /* producer: its doorbell state (doorbell_), per epoch it starts set */
+#else
+bit  c_flag = 0;   /* mode imm: always 0 */
+bit  p_door = 0;
+#endif
+bit  c_clr = 0;    /* a doorbell came while the flag was set: a credit record with flag 0 is owed */
+bit  cm_flag;      /* producer memory: the credit MR's flag */
+bit  p_ring = 0;   /* producer: a doorbell is owed (the repair rule, ring_) */
+#if NO_REDRAIN
+#define ARMING 3    /* mode imm, mutant: drained, the CQ not armed yet */
+byte c_cqn = 0;     /* completions in the CQ when it was armed: they raise no event */
+#define CQ_POLL_OK (c_slp == AWAKE || (c_slp == ASLEEP && len(cq) > c_cqn))
+#else
+#define CQ_POLL_OK 1
+#endif
+#if FLAG_FIRST
+bit  p_rd = 0, p_dbr = 0;  /* mutant: the flag was read (p_dbr) before the publish is posted */
+#endif
+#define AWAKE_ (c_slp == AWAKE)
+#if MODE == TAIL
+/* and nothing new in the tail MR; room for the flag write when one is needed */
+#define SLEEP_MODE_OK (!TAIL_NEWS && (c_flag || !CREDIT_LINK || len(cr) < CRCAP))
+#else
+#define SLEEP_MODE_OK 1
+#endif
+#if FLAG_FIRST
+#define FLAG_READ p_rd
+#else
+#define FLAG_READ 1
+#endif
+/* begin_epoch (the consumer's side) and ProducerCore::resume (the producer's) */
+#define SLEEP_EPOCH c_slp = AWAKE; c_flag = (MODE == TAIL); c_clr = 0
+#if FLAG_FIRST
+#define PRODUCER_SLEEP_EPOCH p_door = (MODE == TAIL && !INIT_CLEAR); p_ring = 0; p_rd = 0; p_dbr = 0
+#else
+#define PRODUCER_SLEEP_EPOCH p_door = (MODE == TAIL && !INIT_CLEAR); p_ring = 0
+#endif
+/* A credit record the owner owes: credit (lazy, or asked for), or the flag cleared after a doorbell */
+#define CREDIT_OWED ((c_rel > c_cred && (c_asked || c_rel - c_cred >= CTHRESH)) || c_clr)
+#else
+#define AWAKE_ 1
+#define CQ_POLL_OK 1
+#endif
 
 #if SESSION
 /* ---- the ring owner's session table (SessionTable) and the producer's side of it ---- */
@@ -245,8 +364,19 @@ end:
        up && !p_dead && p_com < MAXREC && p_com < p_rel + N -> p_com++ }
   :: atomic { /* claim refused for lack of space: ask for credit, one request outstanding */
        up && !p_dead && p_com < MAXREC && p_com == p_rel + N && !p_asked && !p_want -> p_want = 1 }
+#if SLEEP && MODE == TAIL && FLAG_FIRST
+  :: atomic { /* MUTANT: the doorbell flag is read before the publish is posted */
+       up && !p_dead && !p_rd && (p_com > p_pub || p_want || p_ring) -> p_dbr = p_door; p_rd = 1 }
+#endif
+#if SLEEP && MODE == TAIL
+  :: atomic { /* take_batch(): [published, committed), the tail record and, when the consumer's
+               * flag is set or a doorbell is owed, the doorbell, in order, on one QP */
+       up && !p_dead && (p_com > p_pub || p_want || p_ring) &&
+       len(qp) + p_com - p_pub + 2 <= QCAP && FLAG_READ ->
+#else
   :: atomic { /* take_batch(): [published, committed) and the publish, in order, on one QP */
        up && !p_dead && (p_com > p_pub || p_want) && len(qp) + p_com - p_pub + 1 <= QCAP ->
+#endif
        pos = p_pub;
        do
        :: (MODE == IMM && pos + 1 < p_com) || (MODE == TAIL && pos < p_com) ->
@@ -264,6 +394,25 @@ end:
             :: else -> skip
             fi;
             qp!WTAIL(PEP, NONE, p_inc, p_com, p_creq)
+#if SLEEP && MODE == TAIL
+            ;
+            /* publish, then read the flag, then the doorbell (a zero-length WRITE_WITH_IMM after
+             * the tail write on the same QP); the mutant FLAG_FIRST read it before posting */
+            if
+#if FLAG_FIRST
+            :: p_dbr || p_ring ->
+#else
+            :: p_door || p_ring ->
+#endif
+                 /* its immediate's tail bits are never checked (the tail record is
+                  * authoritative): the model carries 0 there */
+                 qp!WIMM(PEP, NONE, 0, 0, 0); p_ring = 0
+            :: else -> skip
+            fi
+#if FLAG_FIRST
+            ; p_rd = 0; p_dbr = 0
+#endif
+#endif
        fi;
        if
        :: p_want -> p_want = 0; p_asked = 1
@@ -271,6 +420,32 @@ end:
        fi;
        p_pub = p_com;
        pos = 0 }
+#if SLEEP && MODE == TAIL
+  :: atomic { /* on_credit(): a new credit record: released moves, or (its epoch) the flag changes.
+               * The flag sets the doorbell state; the repair rule: a flag set while released is
+               * below what was published owes a doorbell (posted with the next batch, which may
+               * carry only the tail record again). The producer reads its credit MR at any step */
+       up && !p_dead && cm_valid && (!CREDIT_EPOCH || cm_ep == PEP) &&
+       (cm_rel > p_rel || (cm_ep == PEP && cm_flag != p_door)) ->
+       if
+       :: cm_ep == PEP ->
+            p_door = cm_flag;
+            if
+            :: !NO_REPAIR && cm_flag && cm_rel < p_pub -> p_ring = 1
+            :: else -> skip
+            fi
+       :: else -> skip
+       fi;
+       if
+       :: cm_rel > p_pub -> p_dead = 1   /* protocol violation */
+       :: cm_rel > p_rel ->
+#ifndef NO_P4
+            assert(cm_ep == epoch);      /* P4 */
+#endif
+            p_rel = cm_rel; p_asked = 0
+       :: else -> skip                   /* the flag alone */
+       fi }
+#else
   :: atomic { /* on_credit(): a credit record that would move released */
        up && !p_dead && cm_valid && (!CREDIT_EPOCH || cm_ep == PEP) && cm_rel > p_rel ->
        if
@@ -281,6 +456,7 @@ end:
 #endif
             p_rel = cm_rel; p_asked = 0
        fi }
+#endif
   od
 }
 
@@ -331,6 +507,15 @@ end:
   :: place_pending(1)
   :: place_pending(2)
   :: place_pending(3)
+#if SLEEP
+  :: atomic { /* a credit WRITE lands in the producer's credit MR (its completion: cr empties) */
+       cr?e, t, r ->
+       if
+       :: e == epoch -> cm_valid = 1; cm_ep = e; cm_rel = t; cm_flag = r
+       :: else -> skip
+       fi;
+       e = 0; t = 0; r = 0 }
+#else
   :: atomic { /* a credit WRITE lands in the producer's credit MR */
        cr?e, t ->
        if
@@ -338,6 +523,7 @@ end:
        :: else -> skip
        fi;
        e = 0; t = 0 }
+#endif
   od
 }
 
@@ -347,9 +533,15 @@ active proctype consumer() {
 end:
   do
 #if MODE == IMM
-  :: atomic { /* on_immediate(): poll a receive completion */
-       c_viol == 0 && nempty(cq) ->
+  :: atomic { /* on_immediate(): poll a receive completion (SLEEP: any completion wakes the owner) */
+       c_viol == 0 && nempty(cq) && CQ_POLL_OK ->
        cq?e, t, r;
+#if SLEEP
+       c_slp = AWAKE;
+#endif
+#if SLEEP && NO_REDRAIN
+       c_cqn = 0;
+#endif
        if
        :: e != epoch -> skip   /* a completion of an earlier link in the shared CQ: recognised
                                 * by qp_num and ignored (resume.md §3). The epoch bits (V_EPOCH)
@@ -366,8 +558,7 @@ end:
        e = 0; t = 0; r = 0 }
 #else
   :: atomic { /* on_tail(): poll the tail MR; a record of another epoch is ignored */
-       c_viol == 0 && tm_valid && (!TAIL_EPOCH || tm_ep == epoch) &&
-       (tm_tail > c_mark || tm_creq != c_seen) ->
+       c_viol == 0 && AWAKE_ && TAIL_NEWS ->
        if
        :: tm_tail < c_cred || tm_tail - c_cred > N -> c_viol = V_RANGE
        :: else ->
@@ -383,9 +574,22 @@ end:
             :: else -> skip
             fi
        fi }
+#if SLEEP
+  :: atomic { /* on_doorbell(): poll a doorbell's receive completion; any completion wakes the
+               * owner. One of this epoch (epoch bits checked, they always match here) only says
+               * "read the tail MR now", and clears the flag if the last credit record set it */
+       c_viol == 0 && nempty(cq) ->
+       cq?e, t, r;
+       c_slp = AWAKE;
+       if
+       :: e == epoch && c_flag -> c_clr = 1
+       :: else -> skip   /* no flag to clear, or an earlier link's completion (ignored by qp_num) */
+       fi;
+       e = 0; t = 0; r = 0 }
+#endif
 #endif
   :: atomic { /* next(): the record at head, below the mark */
-       c_viol == 0 && c_head < c_mark ->
+       c_viol == 0 && AWAKE_ && c_head < c_mark ->
        s = c_head % N;
        if
        :: CHECK && ring[s] != SEQ(c_head) ->
@@ -406,11 +610,68 @@ end:
        fi;
        s = 0 }
   :: atomic { /* the application releases the oldest delivered record */
-       c_rel < c_del -> c_rel++ }
+       AWAKE_ && c_rel < c_del -> c_rel++ }
+#if SLEEP
+  :: atomic { /* take_credit(): lazily, at once when asked, or to clear the flag after a doorbell
+               * (released may be unchanged); the flag of every other record stays as it is.
+               * A record that leaves released unchanged does not answer a pending credit
+               * request (wakeup.md O2; CLEAR_ASK: it does, as ConsumerCore::take_credit has it) */
+       c_viol == 0 && AWAKE_ && CREDIT_LINK && CREDIT_OWED && nfull(cr) ->
+       if
+       :: c_clr -> c_flag = 0; c_clr = 0
+       :: else -> skip
+       fi;
+       if
+       :: CLEAR_ASK || c_rel > c_cred -> c_asked = 0
+       :: else -> skip
+       fi;
+       cr!epoch, c_rel, c_flag; c_cred = c_rel }
+  :: atomic { /* RingOwner::wait, when nothing is pending (the application released all it read,
+               * no credit owed, no completion, nothing unread, tail MR unchanged). Mode tail: a
+               * credit record with the flag set, unless the last one carried it (only over a
+               * live, established link); mode imm: arm the CQ, re-drain it (empty: asleep) */
+       SLEEP && AWAKE_ && sleeps < MAXSLEEP && c_viol == 0 && c_head == c_mark && c_rel == c_del &&
+       !CREDIT_OWED && empty(cq) && SLEEP_MODE_OK ->
+       sleeps++;
+#if MODE == TAIL
+       if
+       :: !c_flag && CREDIT_LINK && !NO_FLAG ->
+            c_flag = 1;
+            if
+            :: CLEAR_ASK || c_rel > c_cred -> c_asked = 0
+            :: else -> skip
+            fi;
+            cr!epoch, c_rel, 1; c_cred = c_rel
+       :: else -> skip
+       fi;
+       c_slp = FLAGGING
+#elif NO_REDRAIN
+       c_slp = ARMING
+#else
+       c_slp = ASLEEP   /* drained, armed, re-drained: one step (a completion is an event) */
+#endif
+       }
+#if MODE == IMM && NO_REDRAIN
+  :: atomic { /* MUTANT: arm the CQ after the drain, sleep without draining again: the
+               * completions already queued raise no event */
+       c_slp == ARMING -> c_cqn = len(cq); c_slp = ASLEEP }
+#endif
+#if MODE == TAIL
+  :: atomic { /* the re-check, once the flag write has completed (every credit write before it
+               * has landed too: one QP); SLEEP_UNCONFIRMED: at once. The tail MR moved: stay
+               * awake; else asleep (a doorbell in the CQ wakes it at once) */
+       c_slp == FLAGGING && (SLEEP_UNCONFIRMED || empty(cr)) ->
+       if
+       :: TAIL_NEWS -> c_slp = AWAKE
+       :: else -> c_slp = ASLEEP
+       fi }
+#endif
+#else
   :: atomic { /* take_credit(): lazily, or at once when asked (SESSION: only over the current
                * link, live and established: RingOwner's return_credit) */
        c_viol == 0 && CREDIT_LINK && c_rel > c_cred && (c_asked || c_rel - c_cred >= CTHRESH) && nfull(cr) ->
        cr!epoch, c_rel; c_cred = c_rel; c_asked = 0 }
+#endif
   od
 }
 
@@ -467,6 +728,11 @@ end:
           p_rel = c_rel; p_pub = c_head; p_com = c_head; p_creq = 0
        fi;
        p_want = 0; p_asked = 0; p_dead = 0;
+#if SLEEP
+       /* a new epoch: both sides start with the flag set (mode tail), nothing owed; the control
+        * event wakes the owner */
+       SLEEP_EPOCH; PRODUCER_SLEEP_EPOCH;
+#endif
        /* Left as they are, as replays of old control messages the new epoch must ignore: the
         * old link's completions in the shared CQ (mode imm), the old epoch's last credit record
         * in the credit MR (kept across a resume), and the old epoch's last tail record in the
@@ -522,6 +788,9 @@ inline owner_resume(e) {
   epoch++; t_st = T_WAIT;
   npend_cur = 0;
   c_mark = c_head; c_cred = c_rel; c_asked = 0; c_viol = 0; c_seen = 0;
+#if SLEEP
+  SLEEP_EPOCH;
+#endif
   k = c_head;
   do
   :: k < c_rel + N -> ring[k % N] = 0; ring_inc[k % N] = 0; k++
@@ -579,6 +848,9 @@ end:
        fi;
        p_pub = rp_pos; p_ep = rp_ep; p_creq = 0;
        p_want = 0; p_asked = 0; p_dead = 0;
+#if SLEEP
+       PRODUCER_SLEEP_EPOCH;
+#endif
        p_cn = rp_ep; rp_ep = 0; rp_pos = 0; rp_rel = 0 }
   :: atomic { /* the connect request reaches the owner: admit_connect; refused, the producer has
                * no QP and resumes again */

@@ -28,7 +28,9 @@ ConsumerCore::ConsumerCore(std::span<const std::byte> ring, const RingGeometry& 
       head_(start.position),
       published_(start.position),
       next_sequence_(start.next_sequence),
-      deliver_from_(deliver_from) {}
+      deliver_from_(deliver_from),
+      doorbell_wanted_(mode == wire::PublishMode::tail),
+      doorbell_written_(doorbell_wanted_) {}
 
 Error ConsumerCore::violation(std::string what) {
   if (!failure_) failure_ = make_error(errc::protocol_violation, std::move(what));
@@ -80,6 +82,24 @@ Result<void> ConsumerCore::on_tail(std::span<const std::byte, wire::kTailRecordS
     ++counters_.credit_requests;
   }
   return success();
+}
+
+Result<void> ConsumerCore::on_doorbell(std::uint32_t raw) {
+  if (failure_) return *failure_;
+  const auto imm = wire::decode_immediate(raw);
+  if (imm.epoch_low != (epoch_ & 7))
+    return violation("doorbell with epoch bits " + std::to_string(imm.epoch_low) + ", epoch is " + std::to_string(epoch_));
+  ++counters_.doorbells;
+  doorbell_wanted_ = false;
+  return success();
+}
+
+void ConsumerCore::want_doorbell(bool on) noexcept {
+  if (mode_ == wire::PublishMode::tail) doorbell_wanted_ = on;
+}
+
+bool ConsumerCore::doorbell_confirmed() const noexcept {
+  return !doorbell_wanted_ || (doorbell_written_ && !doorbell_wr_);
 }
 
 void ConsumerCore::skip(std::uint64_t span) {
@@ -174,6 +194,8 @@ Result<ResumePoint> ConsumerCore::begin_epoch(std::uint64_t epoch) {
   credit_asked_ = false;
   // Both sides count credit requests from 0 in a new epoch (a restarted producer can do no else).
   credit_requests_seen_ = 0;
+  doorbell_wanted_ = doorbell_written_ = mode_ == wire::PublishMode::tail;
+  doorbell_wr_.reset();
   last_tail_ = {};
   invalid_since_.reset();
   failure_.reset();
@@ -182,14 +204,28 @@ Result<ResumePoint> ConsumerCore::begin_epoch(std::uint64_t epoch) {
 }
 
 std::optional<CreditWrite> ConsumerCore::take_credit() {
-  if (failure_ || released_ == credited_ || sq_.free() == 0) return std::nullopt;
-  if (!credit_asked_ && released_ - credited_ < geometry_.bytes / config_.credit_fraction) return std::nullopt;
+  const bool flag_changes = doorbell_wanted_ != doorbell_written_;
+  if (failure_ || sq_.free() == 0 || (released_ == credited_ && !flag_changes)) return std::nullopt;
+  if (!credit_asked_ && !flag_changes && released_ - credited_ < geometry_.bytes / config_.credit_fraction)
+    return std::nullopt;
   CreditWrite w;
-  wire::encode(wire::CreditRecord{epoch_, released_, next_sequence_, credit_requests_seen_}, w.bytes);
-  // Answering a request is signaled: the producer is stalled, keep our slots turning over.
-  w.slot = sq_.take(credit_asked_);
+  wire::encode(wire::CreditRecord{epoch_, released_, next_sequence_, doorbell_wanted_ ? wire::kCreditDoorbell : 0u},
+               w.bytes);
+  // Only new space answers a request: a record that changes the flag alone leaves it pending.
+  const bool answers = credit_asked_ && released_ != credited_;
+  // An answer is signaled (the producer is stalled: keep our slots turning over) and notifies
+  // (the producer may sleep until it comes). Setting the flag is too: a producer asleep with
+  // publishes in flight must look at it (protocol-spec/wakeup.md).
+  const bool sets_flag = flag_changes && doorbell_wanted_;
+  w.notify = answers || sets_flag;
+  w.slot = sq_.take(w.notify);
+  if (flag_changes) {
+    ++counters_.doorbell_flag_writes;
+    doorbell_written_ = doorbell_wanted_;
+    doorbell_wr_ = sets_flag ? std::optional(w.slot.wr_id) : std::nullopt;
+  }
   credited_ = released_;
-  credit_asked_ = false;
+  if (answers) credit_asked_ = false;
   ++counters_.credit_writes;
   return w;
 }
@@ -202,6 +238,7 @@ void ConsumerCore::on_completion(std::uint64_t wr_id, bool success, int wc_statu
     return;
   }
   sq_.retire_through(wr_id);
+  if (doorbell_wr_ && wr_id >= *doorbell_wr_) doorbell_wr_.reset();
 }
 
 
@@ -216,6 +253,8 @@ ConsumerCounters& ConsumerCounters::operator+=(const ConsumerCounters& o) noexce
   stale_epoch += o.stale_epoch;
   not_ready += o.not_ready;
   duplicates_dropped += o.duplicates_dropped;
+  doorbells += o.doorbells;
+  doorbell_flag_writes += o.doorbell_flag_writes;
   return *this;
 }
 

@@ -32,6 +32,7 @@ class Category final : public std::error_category {
       case errc::control_failure: return "control channel failure";
       case errc::owner_lost: return "ring owner lost";
       case errc::closed: return "closed";
+      case errc::system_failure: return "system call failed";
     }
     return "unknown rdmaring error";
   }

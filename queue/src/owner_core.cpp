@@ -209,7 +209,8 @@ void OwnerCore::on_link_broken(SessionId id) noexcept {
 void OwnerCore::on_immediate(SessionId id, std::uint32_t imm) {
   Session* s = find(id);
   if (!s) return;
-  if (auto ok = s->core.on_immediate(imm); !ok) fail(id, ok.error());
+  const auto ok = config_.mode == wire::PublishMode::imm ? s->core.on_immediate(imm) : s->core.on_doorbell(imm);
+  if (!ok) fail(id, ok.error());
 }
 
 void OwnerCore::on_tail(SessionId id, std::span<const std::byte, wire::kTailRecordSize> bytes) {
@@ -335,6 +336,11 @@ void OwnerCore::finish_deliveries(std::span<const TakenRecord> taken, std::size_
   // The turn the application interrupted goes on first: what it gave back comes again in the
   // same order.
   if (handled < taken.size()) cut_turn_ = taken[handled].delivery.session;
+}
+
+void OwnerCore::prepare_sleep() noexcept {
+  for (auto& [id, s] : sessions_)
+    if (s.link && s.link->established && !s.link->dead) s.core.want_doorbell(true);
 }
 
 void OwnerCore::take_credits(std::vector<CreditPost>& out) {

@@ -29,7 +29,8 @@ ProducerCore::ProducerCore(std::span<std::byte> staging, const PeerRing& peer, c
       published_(peer.start.position),
       committed_(peer.start.position),
       next_sequence_(peer.start.next_sequence),
-      delivered_(peer.start.next_sequence) {}
+      delivered_(peer.start.next_sequence),
+      doorbell_(peer.mode == wire::PublishMode::tail) {}
 
 std::span<std::byte, wire::kRecordHeaderSize> ProducerCore::header_at(std::uint64_t pos) noexcept {
   return staging_.subspan(peer_.geometry.offset(pos)).first<wire::kRecordHeaderSize>();
@@ -113,18 +114,19 @@ Result<void> ProducerCore::send(std::span<const std::byte> payload, Clock::time_
 
 bool ProducerCore::flush_due(Clock::time_point now) const noexcept {
   if (!publish_pending()) return false;
-  if (want_credit_) return true;
+  if (want_credit_ || ring_) return true;
   return committed_ - published_ >= config_.coalesce.bytes || pending_records_ >= config_.coalesce.records ||
          now - oldest_pending_ >= config_.coalesce.delay;
 }
 
 std::optional<PostBatch> ProducerCore::take_batch() {
-  if (failure_ || (committed_ == published_ && !want_credit_)) return std::nullopt;
+  if (failure_ || (committed_ == published_ && !want_credit_ && !ring_)) return std::nullopt;
   PostBatch batch;
   const bool tail_mode = peer_.mode == wire::PublishMode::tail;
+  const bool ring = tail_mode && (doorbell_ || ring_);
   const std::uint64_t waiting = committed_ - published_;
   const std::size_t segments = waiting == 0 ? 0 : waiting > peer_.geometry.to_end(published_) ? 2 : 1;
-  const std::size_t needed = std::max<std::size_t>(segments + (tail_mode ? 1 : 0), 1);
+  const std::size_t needed = std::max<std::size_t>(segments + (tail_mode ? 1 : 0) + (ring ? 1 : 0), 1);
   if (sq_.free() < needed) {
     ++counters_.sq_full;
     return std::nullopt;
@@ -146,6 +148,15 @@ std::optional<PostBatch> ProducerCore::take_batch() {
     WorkRequest& wr = batch.wrs[batch.count++];
     wr.kind = WorkRequest::Kind::write_tail;
     wire::encode(wire::TailRecord{epoch_, end, next_sequence_, credit_requests_}, wr.tail);
+    if (ring) {
+      // After the tail write on the same QP: by the time the consumer wakes, the tail is placed.
+      WorkRequest& bell = batch.wrs[batch.count++];
+      bell.kind = WorkRequest::Kind::write_with_imm;
+      bell.imm = wire::encode(wire::Immediate{static_cast<std::uint32_t>(end / wire::kRecordAlign), false,
+                                              static_cast<std::uint32_t>(epoch_)});
+      ring_ = false;
+      ++counters_.doorbells;
+    }
   } else {
     if (batch.count == 0) batch.count = 1;  // a zero-length WRITE_WITH_IMM: publish the credit request alone
     WorkRequest& wr = batch.wrs[batch.count - 1];
@@ -191,7 +202,8 @@ Result<void> ProducerCore::resume(const ResumePoint& at) {
   published_ = at.position;
   // A new QP: no slot is in use, and nothing of the old connection's credit state carries over.
   sq_ = SendQueueBudget(config_.sq_depth, config_.signal_interval);
-  want_credit_ = credit_asked_ = false;
+  want_credit_ = credit_asked_ = ring_ = false;
+  doorbell_ = peer_.mode == wire::PublishMode::tail;  // nothing heard from the new epoch's consumer yet
   credit_requests_ = 0;  // counted per epoch, as the consumer does
   last_credit_ = {};
   failure_.reset();
@@ -220,6 +232,12 @@ void ProducerCore::on_credit(std::span<const std::byte, wire::kCreditRecordSize>
   if (credit->epoch != epoch_) {
     ++counters_.stale_credit;
     return;
+  }
+  if (peer_.mode == wire::PublishMode::tail) {
+    doorbell_ = (credit->flags & wire::kCreditDoorbell) != 0;
+    // Written before the consumer saw all we published, the flag may have landed after we
+    // checked it for those publishes, and the consumer may have re-checked before they landed.
+    if (doorbell_ && credit->released < published_) ring_ = true;
   }
   if (credit->released <= released_) return;
   if (credit->released > published_ || credit->released % wire::kRecordAlign != 0) {

@@ -91,7 +91,7 @@ void encode(const CreditRecord& c, std::span<std::byte, kCreditRecordSize> out) 
   put(out, 0, c.epoch);
   put(out, 8, c.released);
   put(out, 16, c.delivered);
-  put(out, 24, c.credit_requests_seen);
+  put(out, 24, c.flags);
   seal(out);
 }
 

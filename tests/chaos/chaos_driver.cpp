@@ -1208,7 +1208,8 @@ void Run::audit_and_report(std::uint64_t t_end) {
     << owner["restores"] << ", duplicates dropped after restarts " << owner["duplicates_dropped"]
     << ", refused stale " << owner["refused_stale"] << ", refused state " << owner["refused_state"]
     << ", connects refused " << owner["connect_refused"] << ", error completions " << owner["error_completions"]
-    << ", sessions failed " << owner["sessions_failed"] << "\n";
+    << ", sessions failed " << owner["sessions_failed"] << "; it slept " << owner["sleeps"] << " times between bursts, "
+    << owner["doorbells"] << " doorbells woke it\n";
   t << "probes: " << probes_.runs << " runs, " << probes_.checks << " stale writes and replays tried, "
     << probes_.accepted << " accepted, " << probes_.inconclusive << " inconclusive\n";
   t << "lost " << lost << " | duplicated " << duplicated << " | out of order " << out_of_order << " | corrupt "

@@ -42,6 +42,7 @@
 #include <unordered_map>
 
 #include "chaos_records.hpp"
+#include "rdmaring/idle_strategy.hpp"
 #include "rdmaring/ring_owner.hpp"
 
 using namespace rdmaring;
@@ -161,6 +162,8 @@ std::string stats_text(const RingOwnerStats& s, std::uint64_t incarnation, std::
     << "records " << s.rings.records << "\n"
     << "duplicates_dropped " << s.rings.duplicates_dropped << "\n"
     << "stale_epoch_publishes " << s.rings.stale_epoch << "\n"
+    << "sleeps " << s.sleeps << "\n"
+    << "doorbells " << s.rings.doorbells << "\n"
     << "last_session_failure " << s.last_session_failure << "\n";
   return o.str();
 }
@@ -365,7 +368,10 @@ int main(int argc, char** argv) {
     last->next = d.sequence + 1;
   };
   auto next_stats = std::chrono::steady_clock::now();
-  int idle = 0;
+  // Idle, the owner sleeps as a service would (RingOwner::wait: protocol-spec/wakeup.md), so
+  // every chaos run also checks that no record waits for a sleeping owner. The wait is bounded
+  // by the stats interval, and by SIGTERM: the signal interrupts it.
+  IdleStrategy idle;
   int rc = 0;
   while (!g_stop) {
     auto n = owner->poll(handler, 256);
@@ -374,13 +380,17 @@ int main(int argc, char** argv) {
       rc = 3;
       break;
     }
-    if (n.value() == 0) {
-      // Idle: give the CPU to the producers (the guest has two vCPUs for everything).
-      if (++idle > 64) std::this_thread::sleep_for(50us);
-      else std::this_thread::yield();
-    } else {
-      idle = 0;
+    switch (idle.next(n.value())) {
+      case IdleStrategy::Step::spin: break;
+      case IdleStrategy::Step::yield: std::this_thread::yield(); break;
+      case IdleStrategy::Step::sleep:
+        if (auto w = owner->wait(250ms); !w) {
+          std::cerr << "chaos-owner " << getpid() << ": wait: " << w.error().message() << std::endl;
+          rc = 3;
+        }
+        break;
     }
+    if (rc != 0) break;
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_stats) {
       write_atomically(stats_path, stats_text(owner->stats(), incarnation, log.entries()));

@@ -201,6 +201,9 @@ class LoopbackFabric {
     owner_.fabrics_.erase(session_.id);
   }
 
+  // The producer's credit MR: the last credit record that landed.
+  const std::array<std::byte, wire::kCreditRecordSize>& credit_mr() const { return credit_mr_; }
+
   // ---- the data path ------------------------------------------------------------------------
 
   // Posts what the producer has waiting (if anything) and places it at once unless held. With
@@ -569,6 +572,7 @@ class LoopbackFabric {
   struct Stats {
     std::uint64_t wrapped_batches = 0;      // batches whose payload crossed the ring's end
     std::uint64_t out_of_order_pieces = 0;  // relaxed: a piece placed before an earlier one
+    std::uint64_t credit_notifications = 0; // credit records that came with an immediate (would wake a sleeper)
   };
   const Stats& stats() const { return stats_; }
 
@@ -674,7 +678,10 @@ class LoopbackFabric {
   void post_credit(const CreditPost& c) {
     // The core posts only on a live link: the transport's QP must be there and alive.
     if (!link_ || link_->dead) throw std::logic_error("loopback: OwnerCore posted credit on no live QP");
-    if (link_->producer) credit_mr_ = c.write.bytes;
+    if (link_->producer) {
+      credit_mr_ = c.write.bytes;
+      stats_.credit_notifications += c.write.notify;
+    }
     if (c.write.slot.signaled) owner_.push({link_->qp, LoopbackOwner::Completion::Kind::credit, 0, c.write.slot.wr_id});
   }
 

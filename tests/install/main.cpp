@@ -31,6 +31,13 @@ int main(int argc, char** argv) try {
         std::fprintf(stderr, "poll: %s\n", delivered.error().message().c_str());
         return 1;
       }
+      // Nothing came: sleep until something does, rather than spin (protocol-spec/wakeup.md).
+      if (delivered.value() == 0) {
+        if (auto woke = owner->wait(std::chrono::milliseconds(-1)); !woke) {
+          std::fprintf(stderr, "wait: %s\n", woke.error().message().c_str());
+          return 1;
+        }
+      }
     }
   }
   if (mode == "produce" && argc == 5) {

@@ -5,6 +5,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <pthread.h>
+#include <time.h>
+
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -26,16 +29,30 @@ using namespace std::chrono_literals;
 // session_records.hpp: each session's records must arrive exactly once, in order, intact.
 class Auditor {
  public:
+  enum class Idle { yield, sleep };  // what the loop does after an empty poll: yield, or RingOwner::wait()
+
   // `on_delivery` runs for every record after the audit's checks (on the poll thread); `next`:
   // sequences already delivered by an earlier owner.
   explicit Auditor(RingOwner& owner, std::function<void(const Delivery&)> on_delivery = {},
-                   std::map<SessionId, std::uint64_t> next = {})
-      : owner_(owner), on_delivery_(std::move(on_delivery)), next_(std::move(next)), thread_([this] { loop(); }) {}
+                   std::map<SessionId, std::uint64_t> next = {}, Idle idle = Idle::yield)
+      : owner_(owner),
+        on_delivery_(std::move(on_delivery)),
+        next_(std::move(next)),
+        idle_(idle),
+        thread_([this] { loop(); }) {}
   ~Auditor() { stop(); }
 
   void stop() {
     stop_ = true;
+    owner_.wake();
     if (thread_.joinable()) thread_.join();
+  }
+  // CPU time the poll thread has used so far.
+  std::chrono::nanoseconds cpu_time() {
+    clockid_t clock{};
+    timespec ts{};
+    if (pthread_getcpuclockid(thread_.native_handle(), &clock) != 0 || clock_gettime(clock, &ts) != 0) return {};
+    return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
   }
   std::uint64_t delivered() const { return delivered_; }
   std::uint64_t wrong() const { return wrong_; }
@@ -78,7 +95,16 @@ class Auditor {
         error_ = "poll: " + n.error().message();
         return;
       }
-      if (n.value() == 0) std::this_thread::yield();
+      if (n.value() > 0) continue;
+      if (idle_ == Idle::yield) {
+        std::this_thread::yield();
+      } else if (auto w = owner_.wait(std::chrono::milliseconds(-1)); !w) {
+        // No time limit: only an event (or stop()'s wake()) ends the wait, so a lost wake-up
+        // shows as a record that never arrives.
+        std::lock_guard lock(m_);
+        error_ = "wait: " + w.error().message();
+        return;
+      }
     }
   }
 
@@ -88,6 +114,7 @@ class Auditor {
   std::map<SessionId, std::uint64_t> next_;
   std::map<SessionId, std::uint64_t> measured_;
   std::string error_;
+  Idle idle_;
   std::atomic<std::uint64_t> delivered_{0};
   std::atomic<std::uint64_t> wrong_{0};
   std::atomic<bool> stop_{false};

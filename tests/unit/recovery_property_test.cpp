@@ -52,6 +52,9 @@ enum class Op : std::uint8_t {
   dup_resume,         // the last resume request is delivered again
   replay_resume,      // an earlier resume request (argument picks which) is delivered again
   replay_connect,     // an earlier connect request (argument picks which) is delivered again
+  sleep,              // the owner arms and sleeps (RingOwner::wait) unless it finds work; argument
+                      // bit 0: its flag writes' completions come after the re-check
+  producer_poll,      // the producer reads its credit MR (its progress loop), nothing else
 };
 
 const char* name(Op op) {
@@ -60,11 +63,14 @@ const char* name(Op op) {
                                 "consume_hold",  "release",     "credit",       "complete",
                                 "drop",          "resume",      "resume_reply_lost", "resume_no_connect",
                                 "connect",       "established", "restart",      "replay_tail",
-                                "dup_resume",    "replay_resume", "replay_connect"};
+                                "dup_resume",    "replay_resume", "replay_connect", "sleep",
+                                "producer_poll"};
   return names[static_cast<int>(op)];
 }
 
-bool takes_arg(Op op) { return op == Op::place_piece || op == Op::replay_resume || op == Op::replay_connect; }
+bool takes_arg(Op op) {
+  return op == Op::place_piece || op == Op::replay_resume || op == Op::replay_connect || op == Op::sleep;
+}
 
 struct Step {
   Op op = Op::send;
@@ -153,6 +159,9 @@ struct Options {
   // A producer whose resume is refused as stale asks again from the other epochs it can sign
   // for (earlier ones first). Producer::recover does not: it asks from its core's epoch only.
   bool fallback = true;
+  // The owner may sleep (Op::sleep, and after each round of the final drain): then it acts only
+  // when an event is in its completion queue or the control thread woke it, as RingOwner::wait.
+  bool sleeps = false;
 };
 
 ProducerConfig small_send_queue() {
@@ -179,6 +188,12 @@ class Harness {
   void step(const Step& s) {
     std::ostringstream d;
     const auto sq = f_.producer->send_queue_outstanding();
+    if (owner_step(s.op) && !owner_awake()) {
+      RC_LOG() << "  " << name(s.op) << ": the owner sleeps\n";
+      return;
+    }
+    // The control thread's events (rdma_cm, a resume) wake a sleeping owner, as RingOwner's do.
+    if (control_step(s.op)) asleep_ = false;
     switch (s.op) {
       case Op::send:
       case Op::send_burst: {
@@ -218,6 +233,12 @@ class Harness {
         f_.return_credit();
         d << "producer released " << f_.producer->ledger().released;
         break;
+      case Op::producer_poll:
+        producer_reads_credit();
+        d << "released " << f_.producer->ledger().released << (f_.producer->doorbell() ? ", doorbell flag" : "")
+          << (f_.producer->doorbell_owed() ? ", a doorbell owed" : "");
+        break;
+      case Op::sleep: d << try_sleep((s.arg & 1) != 0); break;
       case Op::complete: d << f_.complete() << " completions"; break;
       case Op::drop:
         if (f_.connect_pending()) {
@@ -308,17 +329,28 @@ class Harness {
         RC_ASSERT(f_.producer_resume(*at).has_value());
         connect(d);
       }
-      if (f_.established()) ref_.connected();
-      if (!d.str().empty()) RC_LOG() << "  heal: " << d.str() << '\n';
+      if (f_.established()) {
+        ref_.connected();
+        asleep_ = false;  // ESTABLISHED: RingOwner's control thread wakes the poller
+      }
+      if (!d.str().empty()) {
+        asleep_ = false;  // a control event
+        RC_LOG() << "  heal: " << d.str() << '\n';
+      }
       f_.place_all();
       f_.complete();
-      const auto ok = f_.take_publishes();
-      if (!ok) RC_FAIL("publish refused: " + ok.error().message());
-      consume(1000, false);
-      release_held();
-      f_.return_credit();
+      if (owner_awake()) {
+        const auto ok = f_.take_publishes();
+        if (!ok) RC_FAIL("publish refused: " + ok.error().message());
+        consume(1000, false);
+        release_held();
+        f_.owner().post_credits();
+        f_.owner().collect_closed();
+      }
+      producer_reads_credit();
       f_.producer->request_credit();
       f_.flush();
+      if (o_.sleeps) RC_LOG() << "  heal: " << try_sleep(false) << '\n';
       RC_ASSERT(!overwrote_);
       check_ledgers();
     }
@@ -331,6 +363,8 @@ class Harness {
   }
 
   bool wedged() const { return wedged_; }
+  bool slept() const { return slept_; }
+  std::uint64_t doorbells() const { return f_.producer->counters().doorbells; }
   bool resumed_holding() const { return resumed_holding_; }
   const LoopbackFabric::Stats& fabric_stats() const { return f_.stats(); }
 
@@ -345,6 +379,50 @@ class Harness {
   struct Held {
     std::uint64_t sequence, start, end;
   };
+
+  // ---- the owner's sleep (protocol-spec/wakeup.md) --------------------------------------------
+
+  // Steps the owner's polling thread takes: none while it sleeps.
+  static bool owner_step(Op op) {
+    return op == Op::publish || op == Op::publish_one || op == Op::consume || op == Op::consume_hold ||
+           op == Op::release || op == Op::credit || op == Op::replay_tail || op == Op::sleep;
+  }
+  static bool control_step(Op op) {
+    return op == Op::drop || op == Op::resume || op == Op::resume_reply_lost || op == Op::resume_no_connect ||
+           op == Op::restart || op == Op::connect || op == Op::established;
+  }
+  // A sleeping owner wakes when its completion queue holds an event: an immediate, a doorbell,
+  // a completion of its own writes.
+  bool owner_awake() {
+    if (asleep_ && f_.owner().queued() > 0) asleep_ = false;
+    return !asleep_;
+  }
+  bool unread() const {
+    const auto l = f_.consumer().ledger();
+    return l.head != l.published;
+  }
+  // RingOwner::arm on the fabric: take what is there; if nothing, ask for doorbells (the flag
+  // writes), then look again (the CQ too, unless `late`: the writes' completions come after the
+  // look, and wake it), and sleep when that finds nothing. Only with nothing held: a RingOwner
+  // poll ends with every record released or given back.
+  std::string try_sleep(bool late) {
+    if (!o_.sleeps || asleep_ || !held_.empty() || f_.closed()) return "stays up";
+    const auto ok = f_.take_publishes();
+    if (!ok) RC_FAIL("publish refused: " + ok.error().message());
+    if (unread()) return "work: stays up";
+    f_.core().prepare_sleep();
+    f_.owner().post_credits();
+    f_.owner().collect_closed();
+    if (late) f_.owner().read_tails();
+    else if (const auto again = f_.take_publishes(); !again) RC_FAIL("publish refused: " + again.error().message());
+    if (unread()) return "work at the re-check: stays up";
+    asleep_ = slept_ = true;
+    return "asleep";
+  }
+  // The producer's progress loop reads its credit MR whatever the owner does.
+  void producer_reads_credit() {
+    f_.producer->on_credit(std::span<const std::byte, wire::kCreditRecordSize>(f_.credit_mr()));
+  }
 
   // Ring bytes the consumer has not released and that are published in its current epoch.
   bool overlaps_unreleased(const WorkRequest& wr) const {
@@ -542,10 +620,12 @@ class Harness {
   bool wedged_ = false;
   bool replay_admitted_ = false;
   bool resumed_holding_ = false;  // a resume was granted while the application held records
+  bool asleep_ = false;           // the owner sleeps (Options::sleeps)
+  bool slept_ = false;
 };
 
 // What a property reports about its cases (rapidcheck prints the share of each class).
-enum class Report { data_path, reorder, replay, none };
+enum class Report { data_path, reorder, replay, sleep, none };
 
 void run_schedule(const Options& o, const std::vector<Step>& steps, Report report = Report::none) {
   Harness h(o);
@@ -563,6 +643,10 @@ void run_schedule(const Options& o, const std::vector<Step>& steps, Report repor
     case Report::replay:
       RC_CLASSIFY(h.replay_admitted(), "a replayed resume fell in the retry window");
       RC_CLASSIFY(h.wedged(), "the producer's own epoch was refused");
+      break;
+    case Report::sleep:
+      RC_CLASSIFY(h.slept(), "the owner slept");
+      RC_CLASSIFY(h.doorbells() > 0, "a doorbell rang");
       break;
     case Report::none: break;
   }
@@ -628,6 +712,21 @@ TEST_CASE("replayed and duplicated control messages are refused or harmless", "[
     run_schedule({wire::PublishMode::imm, true}, *schedules(kReplay), Report::replay);
   });
   rc::prop("mode tail", [] { run_schedule({wire::PublishMode::tail}, *schedules(kReplay), Report::replay); });
+}
+
+// Sleep and wake-up steps: the owner sleeps at any step (its flag writes' completions before or
+// after its re-check), doorbells are placed late (held placements) or lost with their QP, and the
+// producer reads its credit MR at any step. A sleeping owner acts only on an event, so a lost
+// wake-up is a record the final drain never delivers.
+const Weights kSleep = {{20, Op::send},        {4, Op::send_burst},   {8, Op::flush},        {6, Op::place_one},
+                        {4, Op::place_all},    {3, Op::place_piece},  {5, Op::publish},      {2, Op::publish_one},
+                        {5, Op::consume},      {2, Op::consume_hold}, {3, Op::release},      {4, Op::credit},
+                        {4, Op::complete},     {1, Op::drop},         {2, Op::resume},       {1, Op::connect},
+                        {1, Op::established},  {12, Op::sleep},       {6, Op::producer_poll}};
+
+TEST_CASE("no record waits for a sleeping owner", "[property][wakeup]") {
+  rc::prop("mode imm", [] { run_schedule({wire::PublishMode::imm, false, true, true}, *schedules(kSleep), Report::sleep); });
+  rc::prop("mode tail", [] { run_schedule({wire::PublishMode::tail, false, true, true}, *schedules(kSleep), Report::sleep); });
 }
 
 // A copy of a resume request admitted in the retry window fences the epoch its producer was just

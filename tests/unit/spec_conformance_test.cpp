@@ -194,7 +194,7 @@ TEST_CASE("spec vectors: tail and credit records", "[spec]") {
   for (const auto& v : vectors().at("credit_record")) {
     INFO(v.dump());
     const wire::CreditRecord c{number(v.at("epoch")), number(v.at("released")), number(v.at("delivered")),
-                               static_cast<std::uint32_t>(number(v.at("credit_requests_seen")))};
+                               static_cast<std::uint32_t>(number(v.at("flags")))};
     std::array<std::byte, wire::kCreditRecordSize> out{};
     wire::encode(c, out);
     CHECK(as_vector(out) == bytes(v.at("bytes")));
@@ -203,7 +203,7 @@ TEST_CASE("spec vectors: tail and credit records", "[spec]") {
     CHECK(back->epoch == c.epoch);
     CHECK(back->released == c.released);
     CHECK(back->delivered == c.delivered);
-    CHECK(back->credit_requests_seen == c.credit_requests_seen);
+    CHECK(back->flags == c.flags);
   }
   for (const auto& v : vectors().at("credit_record_refused")) {
     INFO(v.dump());
@@ -322,6 +322,7 @@ TEST_CASE("spec constants: the table of wire-formats.md equals the reference", "
       {"kMaxRingBytes", wire::kMaxRingBytes},
       {"kTailRecordSize", wire::kTailRecordSize},
       {"kCreditRecordSize", wire::kCreditRecordSize},
+      {"kCreditDoorbell", wire::kCreditDoorbell},
       {"PublishMode::imm", static_cast<std::uint64_t>(wire::PublishMode::imm)},
       {"PublishMode::tail", static_cast<std::uint64_t>(wire::PublishMode::tail)},
       {"PayloadCheck::crc32c", static_cast<std::uint64_t>(wire::PayloadCheck::crc32c)},

@@ -426,3 +426,57 @@ TEST_CASE("ThreadedProducer: options out of range are a set-up error", "[threade
   CHECK(refused(small_options(8, 0)));
   CHECK_FALSE(refused(small_options(32768)));
 }
+
+namespace {
+
+// A Sink that says when nothing it took is in flight: after a flush, once `settles` more
+// progress() calls have gone by (the credit coming back).
+struct QuietSink : FakeSink {
+  std::uint32_t settle_after = 3;
+  std::uint32_t since_flush = 0;
+  Result<void> flush() {
+    since_flush = 0;
+    return FakeSink::flush();
+  }
+  Result<void> progress() {
+    ++since_flush;
+    return FakeSink::progress();
+  }
+  bool quiescent() { return since_flush >= settle_after; }
+};
+static_assert(QuiescentSink<QuietSink>);
+
+}  // namespace
+
+TEST_CASE("ThreadedProducer: the poster parks when nothing is in flight, and every send wakes it", "[threaded_producer]") {
+  // Bursts from several threads with lulls between them: the poster parks in each lull, and a
+  // send racing its parking is never left waiting (the handshake of wake_poster() and park()).
+  constexpr std::uint32_t kThreads = 4;
+  constexpr std::uint32_t kBursts = 40;
+  constexpr std::uint32_t kPerBurst = 25;
+  QuietSink sink;
+  ThreadedProducer<QuietSink> tp(sink, small_options(256));
+  std::vector<std::uint32_t> next(kThreads, 0);
+  std::atomic<std::uint64_t> failures{0};
+  for (std::uint32_t b = 0; b < kBursts; ++b) {
+    std::vector<std::thread> senders;
+    for (std::uint32_t t = 0; t < kThreads; ++t) {
+      senders.emplace_back([&, t] {
+        for (std::uint32_t s = 0; s < kPerBurst; ++s)
+          if (!tp.send(encode(t, next[t]++), 10s)) failures.fetch_add(1);
+      });
+    }
+    for (auto& th : senders) th.join();
+    REQUIRE(failures.load() == 0);
+    // Every record reaches the sink without anything but the sends to wake the poster.
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (sink.flushed.load() < std::uint64_t{kThreads} * kPerBurst * (b + 1) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(100us);
+    REQUIRE(sink.flushed.load() == std::uint64_t{kThreads} * kPerBurst * (b + 1));
+    if (b % 4 == 0) std::this_thread::sleep_for(2ms);  // a lull long enough to park in
+  }
+  const auto parks = tp.stats().poster_parks;
+  REQUIRE(tp.stop());
+  check_per_thread_order(sink, kThreads, kBursts * kPerBurst);
+  CHECK(parks > 0);
+}

@@ -70,15 +70,14 @@ OwnerDataPlane::OwnerDataPlane(const OwnerDataPlaneOptions& options) : options_(
   counters_.device = ctx.name();
   pd_.emplace(ctx);
   async_.emplace(ctx);
-  const bool imm = options.core.mode == wire::PublishMode::imm;
-  cq_.emplace(ctx, static_cast<int>(options.core.core.sq_depth * options.core.max_sessions +
-                                    (imm ? options.recv_depth : 0)));
-  if (imm) {
-    srq_.emplace(*pd_, options.recv_depth);
-    recv_chain_.assign(options.recv_depth, ibv_recv_wr{});
-    for (auto& wr : recv_chain_) wr.wr_id = kRecvWrId;  // no scatter list: an immediate carries no payload
-    if (auto r = post_receives(options.recv_depth); !r) throw SetupError(r.error());
-  }
+  cq_channel_.emplace(ctx);
+  cq_.emplace(ctx, static_cast<int>(options.core.core.sq_depth * options.core.max_sessions + options.recv_depth),
+              &*cq_channel_);
+  srq_.emplace(*pd_, options.recv_depth);
+  recv_chain_.assign(options.recv_depth, ibv_recv_wr{});
+  for (auto& wr : recv_chain_) wr.wr_id = kRecvWrId;  // no scatter list: an immediate carries no payload
+  if (auto r = post_receives(options.recv_depth); !r) throw SetupError(r.error());
+  waiter_.emplace({cq_channel_->fd()});
 }
 
 OwnerDataPlane::~OwnerDataPlane() {
@@ -247,7 +246,7 @@ Result<void> OwnerDataPlane::take_completions(Closed& closed) {
   // order: tearing one down mid-batch would drain (and dispatch) later completions before the
   // batch's earlier ones, and another session would see its immediates out of order.
   apply_actions(closed);
-  if (srq_ && recv_owed_ >= kRecvRepostBatch) {
+  if (recv_owed_ >= kRecvRepostBatch) {
     BOOST_OUTCOME_TRYV(post_receives(recv_owed_));
     recv_owed_ = 0;
   }
@@ -268,7 +267,7 @@ void OwnerDataPlane::post_credits() {
       }
     }
     if (refused || !post_inline_write(*r->link->qp, c.write.bytes, r->link->producer.credit_addr,
-                                      r->link->producer.credit_rkey, c.write.slot)) {
+                                      r->link->producer.credit_rkey, c.write.slot, c.write.notify)) {
       // This session's QP refused the post: its link is broken; the others go on.
       ++counters_.credit_post_failures;
       core_.on_link_broken(c.session);
@@ -286,6 +285,70 @@ void OwnerDataPlane::take_async_events() {
 
 // ---- the polling thread -------------------------------------------------------------------------
 
+Result<void> OwnerDataPlane::take_events(Closed& closed) {
+  // Events a producer of this process read off the shared descriptor wake no observer here.
+  if (async_->pending()) take_async_events();
+  BOOST_OUTCOME_TRYV(take_completions(closed));
+  if (options_.core.mode == wire::PublishMode::tail) {
+    for (const auto& [id, r] : rings_) {
+      std::array<std::byte, wire::kTailRecordSize> tail;
+      read_dma(r->tail_buf.data(), std::span{tail});
+      core_.on_tail(id, tail);
+    }
+  }
+  return success();
+}
+
+Result<bool> OwnerDataPlane::work_waiting(Closed& closed) {
+  BOOST_OUTCOME_TRYV(take_events(closed));
+  // Completions may have freed the send-queue slots a credit (or a doorbell flag) waited for.
+  post_credits();
+  apply_actions(closed);
+  return core_.wants_clock();
+}
+
+void OwnerDataPlane::disarm() {
+  if (!std::exchange(armed_, false)) return;
+  // A failed read leaves the channel readable: the next arm() or poll takes it again.
+  (void)cq_channel_->take_events();
+}
+
+Result<bool> OwnerDataPlane::arm() {
+  Closed closed;
+  Result<bool> out = false;
+  {
+    std::lock_guard lock(m_);
+    if (polling_) return make_error(errc::invalid_argument, "arm() or wait() while a poll is open: from inside a handler");
+    out = [&]() -> Result<bool> {
+      disarm();
+      // A wake() is taken only here, where it stops a sleep, never by a poll: one that came
+      // while the caller was polling still ends its next wait.
+      if (waiter_->take_wake()) return false;
+      BOOST_OUTCOME_TRY(work, work_waiting(closed));
+      if (work) return false;
+      // The doorbell flags go out, then the CQ is armed, then everything is looked at again: a
+      // publish placed before the arming is found now, one after it raises a completion (an
+      // immediate, or the flag write's own completion, after which the next arm() looks again).
+      core_.prepare_sleep();
+      post_credits();
+      BOOST_OUTCOME_TRYV(cq_->arm());
+      armed_ = true;
+      BOOST_OUTCOME_TRY(again, work_waiting(closed));
+      if (again) return false;
+      ++counters_.sleeps;
+      return true;
+    }();
+  }
+  notify(closed);
+  return out;
+}
+
+Result<bool> OwnerDataPlane::wait(std::chrono::milliseconds timeout) {
+  BOOST_OUTCOME_TRY(sleep, arm());
+  if (!sleep) return true;
+  return waiter_->wait(timeout);
+}
+
 Result<std::span<const TakenRecord>> OwnerDataPlane::begin_poll(std::size_t max) {
   Closed closed;
   {
@@ -293,16 +356,8 @@ Result<std::span<const TakenRecord>> OwnerDataPlane::begin_poll(std::size_t max)
     if (polling_)
       return make_error(errc::invalid_argument,
                         "poll() while a poll is open: from inside a handler, or from a second thread");
-    // Events a producer of this process read off the shared descriptor wake no observer here.
-    if (async_->pending()) take_async_events();
-    BOOST_OUTCOME_TRYV(take_completions(closed));
-    if (options_.core.mode == wire::PublishMode::tail) {
-      for (const auto& [id, r] : rings_) {
-        std::array<std::byte, wire::kTailRecordSize> tail;
-        read_dma(r->tail_buf.data(), std::span{tail});
-        core_.on_tail(id, tail);
-      }
-    }
+    disarm();
+    BOOST_OUTCOME_TRYV(take_events(closed));
     taken_.clear();
     // The clock only when something was published: an idle consumer polls in a tight loop, and
     // under emulation a clock read costs more than the rest of an empty poll.
@@ -360,7 +415,7 @@ void OwnerDataPlane::on_connect_request(verbs::ConnectRequest request, Closed& c
     caps.max_send_wr = options_.core.core.sq_depth;
     caps.max_recv_wr = 1;
     caps.max_inline_data = wire::kCreditRecordSize;
-    link->qp.emplace(link->id, *pd_, *cq_, *cq_, caps, srq_ ? &*srq_ : nullptr);
+    link->qp.emplace(link->id, *pd_, *cq_, *cq_, caps, &*srq_);
     if (link->qp->max_inline_data() < wire::kCreditRecordSize) {
       core_.connect_failed(hello->session);
       return;
@@ -417,6 +472,9 @@ void OwnerDataPlane::on_cm_readable() {
     }
     apply_actions(closed);
   }
+  // A new or broken link: a sleeping poller arms again, which asks the new link's producer for
+  // doorbells or takes the broken one's completions.
+  waiter_->wake();
   notify(closed);
 }
 

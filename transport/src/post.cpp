@@ -50,11 +50,15 @@ Result<void> post_chain(verbs::QueuePair& qp, std::span<const WorkRequest> wrs, 
 }
 
 Result<void> post_inline_write(verbs::QueuePair& qp, std::span<const std::byte> bytes, std::uint64_t addr,
-                               std::uint32_t rkey, const SendQueueBudget::Slot& slot) {
+                               std::uint32_t rkey, const SendQueueBudget::Slot& slot, bool notify) {
   ibv_send_wr wr{};
   ibv_sge sge{};
   fill_slot(wr, slot);
   fill_inline(wr, sge, bytes, addr, rkey);
+  if (notify) {
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.imm_data = 0;
+  }
   return qp.post_send(wr);
 }
 

@@ -1,6 +1,10 @@
 #include "rdmaring/producer_data_plane.hpp"
 
+#include <poll.h>
+
 #include <array>
+#include <cerrno>
+#include <utility>
 
 #include "rdmaring/dma.hpp"
 #include "rdmaring/verbs/cm_id.hpp"
@@ -14,6 +18,8 @@ namespace {
 // Async events cost a system call to look for: every so many polls is soon enough for what
 // completions do not report (a QP gone fatal while nothing is posted).
 constexpr std::uint32_t kAsyncEventInterval = 64;
+// Receive WRs carry this id; a send WR's id is its slot number, far below.
+constexpr std::uint64_t kRecvWrId = ~std::uint64_t{0};
 }  // namespace
 
 // The verbs objects of one connection (one epoch). Replaced whole by reconnect().
@@ -31,8 +37,10 @@ ProducerDataPlane::ProducerDataPlane(const ProducerDataPlaneOptions& options, st
   device_ = ctx.name();
   pd_.emplace(ctx);
   async_.emplace(ctx);
-  // One CQ entry per SQ slot is enough: only signaled WRs complete, at most one per interval.
-  cq_.emplace(ctx, static_cast<int>(options_.sq_depth));
+  // One CQ entry per SQ slot is plenty (only signaled WRs complete), and one per receive.
+  cq_channel_.emplace(ctx);
+  cq_.emplace(ctx, static_cast<int>(options_.sq_depth + recv_chain_.size()), &*cq_channel_);
+  for (auto& wr : recv_chain_) wr.wr_id = kRecvWrId;
   credit_mr_.emplace(*pd_, credit_buf_.data(), credit_buf_.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   // The staging buffer mirrors the ring: registered once, here, never per record.
   staging_.emplace(ring_bytes);
@@ -57,7 +65,7 @@ ProducerDataPlane::Link& ProducerDataPlane::current() noexcept { return link_ ? 
 void ProducerDataPlane::connect(Link& l, const ProducerEpoch& e) {
   verbs::QueuePairCaps caps;
   caps.max_send_wr = options_.sq_depth;
-  caps.max_recv_wr = 1;
+  caps.max_recv_wr = static_cast<std::uint32_t>(recv_chain_.size());
   caps.max_inline_data = wire::kTailRecordSize;
   l.qp.emplace(l.id, *pd_, *cq_, *cq_, caps);
   if (l.qp->max_inline_data() < wire::kTailRecordSize)
@@ -65,6 +73,14 @@ void ProducerDataPlane::connect(Link& l, const ProducerEpoch& e) {
                                                       std::to_string(l.qp->max_inline_data()) +
                                                       " B of inline data, the tail record needs " +
                                                       std::to_string(wire::kTailRecordSize)));
+  // Before the connect: the owner may write credit with an immediate as soon as it is up. It
+  // writes at most one per credit request or doorbell flag it sets, and each receive is posted
+  // again at the next poll; should the producer fall behind, the owner's QP retries (RNR) and
+  // only this session's credit waits.
+  recv_owed_ = 0;
+  for (std::size_t i = 0; i < recv_chain_.size(); ++i)
+    recv_chain_[i].next = i + 1 < recv_chain_.size() ? &recv_chain_[i + 1] : nullptr;
+  if (auto posted = l.qp->post_recv(recv_chain_[0]); !posted) throw SetupError(posted.error());
   const auto bytes = wire::encode(wire::ConnectData{e.session, e.epoch, e.connect_proof,
                                                     reinterpret_cast<std::uintptr_t>(credit_buf_.data()),
                                                     credit_mr_->rkey()});
@@ -102,6 +118,10 @@ Result<void> ProducerDataPlane::reconnect(const ProducerEpoch& next) {
 
 Result<void> ProducerDataPlane::post_due(ProducerCore& core, bool force, Clock::time_point now) {
   if (!force && !core.flush_due(now)) return success();
+  // Mode tail: the doorbell flag as it is now, not as the last poll saw it, so that a publish
+  // after a long lull rings for an owner that went to sleep meanwhile. (A flag that lands after
+  // this read is the repair rule's: protocol-spec/wakeup.md.)
+  if (core.peer().mode == wire::PublishMode::tail) read_credit(core);
   for (bool polled = false;; polled = true) {
     while (auto batch = core.take_batch()) {
       ++counters_.post_send_calls;
@@ -118,18 +138,43 @@ Result<void> ProducerDataPlane::post_due(ProducerCore& core, bool force, Clock::
   }
 }
 
-Result<void> ProducerDataPlane::poll(ProducerCore& core) {
+Result<void> ProducerDataPlane::post_receives(std::uint32_t n) {
+  for (std::uint32_t i = 0; i < n; ++i) recv_chain_[i].next = i + 1 < n ? &recv_chain_[i + 1] : nullptr;
+  return current().qp->post_recv(recv_chain_[0]);
+}
+
+Result<std::size_t> ProducerDataPlane::poll(ProducerCore& core) {
   std::array<ibv_wc, 16> wcs;
   BOOST_OUTCOME_TRY(n, cq_->poll(wcs));
+  std::size_t events = n;
   const std::uint32_t qp_num = current().qp->qp_num();
   for (std::size_t i = 0; i < n; ++i) {
     if (wcs[i].qp_num != qp_num) {
       ++counters_.stale_completions;  // the flushed work of a connection reconnect() replaced
       continue;
     }
+    const bool ok = wcs[i].status == IBV_WC_SUCCESS;
+    if (!ok) ++counters_.completion_errors[ibv_wc_status_str(wcs[i].status)];
+    if (wcs[i].wr_id == kRecvWrId) {
+      // The credit it announces is read from the credit MR below, as any credit is.
+      if (ok) {
+        ++counters_.credit_notifications;
+        ++recv_owed_;
+      } else {
+        core.on_post_error(make_error(errc::completion_error, current().qp->describe() + ": receive completed with " +
+                                                                  ibv_wc_status_str(wcs[i].status)));
+      }
+      continue;
+    }
     ++counters_.completions;
-    if (wcs[i].status != IBV_WC_SUCCESS) ++counters_.completion_errors[ibv_wc_status_str(wcs[i].status)];
-    core.on_completion(wcs[i].wr_id, wcs[i].status == IBV_WC_SUCCESS, wcs[i].status);
+    core.on_completion(wcs[i].wr_id, ok, wcs[i].status);
+  }
+  if (recv_owed_ > 0 && !core.failure()) {
+    if (auto posted = post_receives(recv_owed_); !posted) {
+      core.on_post_error(posted.error());
+      return posted.error();
+    }
+    recv_owed_ = 0;
   }
   // The owner breaks a link by disconnecting it (its credit post was refused, say): a producer
   // that waits for credit, posting nothing, would never see an error completion.
@@ -150,10 +195,39 @@ Result<void> ProducerDataPlane::poll(ProducerCore& core) {
                                                                   std::to_string(e.qp_num)));
     }));
   }
+  const std::uint64_t released = core.ledger().released;
+  const bool doorbell = core.doorbell();
+  read_credit(core);
+  if (core.ledger().released != released || core.doorbell() != doorbell || core.doorbell_owed()) ++events;
+  return events;
+}
+
+void ProducerDataPlane::read_credit(ProducerCore& core) const {
   std::array<std::byte, wire::kCreditRecordSize> credit;
   read_dma(credit_buf_.data(), std::span{credit});
   core.on_credit(credit);
-  return success();
+}
+
+Result<bool> ProducerDataPlane::arm(ProducerCore& core) {
+  if (std::exchange(armed_, false)) {
+    BOOST_OUTCOME_TRYV(cq_channel_->take_events());
+  }
+  BOOST_OUTCOME_TRY(before, poll(core));
+  if (before > 0 || core.failure()) return false;
+  BOOST_OUTCOME_TRYV(cq_->arm());
+  armed_ = true;
+  // A completion that arrived before the arming raises no event: look once more.
+  BOOST_OUTCOME_TRY(after, poll(core));
+  if (after > 0 || core.failure()) return false;
+  ++counters_.sleeps;
+  return true;
+}
+
+Result<bool> ProducerDataPlane::sleep(std::chrono::milliseconds timeout) const {
+  pollfd p{cq_channel_->fd(), POLLIN, 0};
+  const int n = ::poll(&p, 1, timeout.count() < 0 ? -1 : static_cast<int>(timeout.count()));
+  if (n < 0 && errno != EINTR) return make_error(errc::system_failure, "poll on " + device_ + "'s completion channel", errno);
+  return n != 0;
 }
 
 void ProducerDataPlane::disconnect() noexcept {

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "rdmaring/error.hpp"
+#include "rdmaring/idle_strategy.hpp"
 #include "rdmaring/producer_core.hpp"
 #include "rdmaring/registration_footprint.hpp"
 
@@ -42,6 +43,9 @@ struct ProducerOptions {
   std::string source_address;
   ProducerConfig core;
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(10);
+  // How send(payload, timeout) and drain() wait: they poll (spin, then yield) before they sleep
+  // in wait(), so that a round trip shorter than the spinning costs no wake-up latency.
+  IdlePolicy idle;
   // Heartbeats keep the session's lease while the producer is idle; by default a third of the
   // lease the owner grants. Zero: no heartbeats (the session lives only while it publishes).
   std::optional<std::chrono::milliseconds> heartbeat_interval;
@@ -60,6 +64,8 @@ struct ProducerStats {
   std::uint64_t completions = 0;  // signaled send completions polled
   std::uint64_t stale_completions = 0;  // completions of a replaced connection, ignored
   std::uint64_t recoveries = 0;
+  std::uint64_t credit_notifications = 0;  // credit records the owner wrote with an immediate (they wake wait())
+  std::uint64_t sleeps = 0;                // waits that armed the completion queue and slept
   std::map<std::string, std::uint64_t> completion_errors;  // by ibv_wc_status_str
   std::map<std::string, std::uint64_t> async_events;       // by ibv_event_type_str, every one acknowledged
   ProducerLedger ledger;
@@ -85,7 +91,8 @@ class Producer {
   // connection's error (needs_recover()). An error means the record was not taken; once taken,
   // a record is delivered exactly once whatever fails after.
   Result<void> send(std::span<const std::byte> payload);
-  // send(), retried with progress() until it fits or `timeout` passes (errc::timed_out).
+  // send(), retried until it fits or `timeout` passes (errc::timed_out), sleeping in wait()
+  // between tries: the owner answers the credit request with an immediate that wakes it.
   Result<void> send(std::span<const std::byte> payload, std::chrono::nanoseconds timeout);
   // Zero-copy: fill the returned span, then commit() (optionally fewer bytes) or abort().
   // commit() posts when a coalescing threshold is reached, judging the delay by the clock
@@ -101,7 +108,23 @@ class Producer {
   // heartbeats go unanswered (a producer with a full ring posts nothing, so only they notice an
   // owner that died), unknown_session / stale_epoch when the owner refuses them.
   Result<void> progress();
-  // Flushes and waits until the consumer has released every record (errc::timed_out).
+  // True when the owner has released every record sent: nothing is in flight, so nothing needs
+  // this producer to watch its credit (a ring owner that sleeps counts on a producer with
+  // publishes in flight to read its doorbell flag: protocol-spec/wakeup.md). Otherwise asks the
+  // owner for the credit write-back that settles it, once, and returns false. ThreadedProducer's
+  // poster sleeps without a time limit only when this is true.
+  bool quiescent();
+  // Flushes, then sleeps until something happens that progress() acts on: credit the owner wrote
+  // with an immediate (it answers this producer's credit request, or asks for doorbells), a
+  // completion, or `timeout` (negative: none). Returns true at once when something is there,
+  // false on timeout. Errors: as progress(); system_failure.
+  Result<bool> wait(std::chrono::milliseconds timeout);
+  // For an event loop: false when progress() has something now; true when fd() becomes readable
+  // at the next event, then call progress(). Errors: as wait().
+  Result<bool> arm();
+  int fd() const;
+  // Flushes and waits until the consumer has released every record (errc::timed_out), asking
+  // for credit and sleeping in wait() until it comes.
   Result<void> drain(std::chrono::nanoseconds timeout);
 
   // After the connection failed (a call returned completion_error): resumes the session in the
@@ -134,6 +157,8 @@ class Producer {
   static Producer open(const ProducerOptions& options, const SessionCredentials* rejoining);
   // Posts what the coalescing policy says is due at `now` (everything, with `force`).
   Result<void> post_due(bool force, Clock::time_point now);
+  // One idle round of send(payload, timeout) or drain(): spin, yield, or sleep in wait().
+  Result<void> pause(IdleStrategy& idle, Clock::time_point deadline, Clock::time_point now);
   std::unique_ptr<Connection> c_;
 };
 

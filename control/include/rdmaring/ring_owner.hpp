@@ -48,7 +48,7 @@ struct RingOwnerOptions {
   // Register rings with On-Demand Paging; refused where the device has no ODP for RC WRITE.
   bool on_demand_paging = false;
   std::uint32_t max_sessions = 64;
-  std::uint32_t recv_depth = 1024;  // receives on the shared receive queue (mode imm), all sessions
+  std::uint32_t recv_depth = 1024;  // receives on the shared receive queue (immediates, doorbells), all sessions
   // A session that neither publishes nor heartbeats for this long is closed and its ring freed.
   // Zero: sessions never expire.
   std::chrono::milliseconds lease = std::chrono::seconds(30);
@@ -96,6 +96,7 @@ struct RingOwnerStats {
   std::uint64_t stale_completions = 0;   // completions of a QP that is gone
   std::uint64_t error_completions = 0;   // each marks its session's connection broken
   std::uint64_t credit_post_failures = 0;  // each marks its session's connection broken
+  std::uint64_t sleeps = 0;              // arm()/wait() calls that found nothing to do and armed
   ConsumerCounters rings;  // summed over every ring, closed ones included
   std::map<std::string, std::uint64_t> completion_errors;  // by ibv_wc_status_str
   std::map<std::string, std::uint64_t> async_events;       // by ibv_event_type_str, every one acknowledged
@@ -130,6 +131,22 @@ class RingOwner {
   // invalid_argument for a poll() from inside a handler or from a second thread.
   template <class Handler>
   Result<std::size_t> poll(Handler&& handler, std::size_t max);
+
+  // ---- sleeping instead of spinning (protocol-spec/wakeup.md) ----
+  // From the polling thread, between polls: sleeps until poll() may have work or `timeout`
+  // passes (negative: no limit). It takes what is waiting, asks tail-mode producers to follow
+  // their publishes with a doorbell, arms the completion queue and looks again, so no publish
+  // is missed: one that lands before the arming is seen by that look, one after it wakes the
+  // sleep. Returns true at once when there is work, true when woken, false on timeout.
+  // Errors: verbs_failure, system_failure; invalid_argument from inside a handler.
+  Result<bool> wait(std::chrono::milliseconds timeout);
+  // The same for an event loop (epoll nests): arm() returns false when poll() has work now (poll,
+  // then arm again), true when fd() becomes readable at the next event; poll() when it is.
+  Result<bool> arm();
+  int fd() const;
+  // Any thread: the sleeping wait() returns now, and fd() becomes readable; when nothing
+  // sleeps, the next wait() or arm() returns at once instead. Never lost.
+  void wake() const;
 
   std::size_t session_count() const;
   RingOwnerStats stats() const;

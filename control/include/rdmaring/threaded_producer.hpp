@@ -31,6 +31,7 @@
 #include <thread>
 
 #include "rdmaring/error.hpp"
+#include "rdmaring/idle_strategy.hpp"
 
 namespace rdmaring {
 
@@ -41,6 +42,15 @@ concept RecordSink = requires(S& s, std::span<const std::byte> payload) {
   { s.send(payload) } -> std::same_as<Result<void>>;
   { s.progress() } -> std::same_as<Result<void>>;
   { s.flush() } -> std::same_as<Result<void>>;
+};
+
+// A Sink that can say when nothing it was given is still in flight (every record released by the
+// consumer). Only then may the poster sleep without a time limit: while anything is published
+// and not yet released it keeps reading the Sink's credit (protocol-spec/wakeup.md, the
+// producer's part). quiescent() asks the consumer for the credit that settles it, when needed.
+template <class S>
+concept QuiescentSink = RecordSink<S> && requires(S& s) {
+  { s.quiescent() } -> std::same_as<bool>;
 };
 
 // A Sink that can heal its own connection (Producer::recover()). The poster heals it when an
@@ -56,14 +66,13 @@ struct ThreadedProducerOptions {
   std::uint32_t slot_count = 1024;
   // The largest payload send() accepts; every slot reserves this much.
   std::uint32_t slot_bytes = 4096;
-  // How the poster waits when it has nothing to post or the Sink is full: it yields
-  // `poster_spins` times, then sleeps `poster_sleep` per round. Spinning keeps a lone record's
-  // latency low; sleeping stops an idle connection from burning a core.
-  std::uint32_t poster_spins = 256;
-  std::chrono::nanoseconds poster_sleep = std::chrono::microseconds(20);
+  // How the poster waits when it has nothing to post or the Sink is full: spin, yield, then
+  // sleep for growing periods (IdleStrategy). Spinning keeps a lone record's latency low;
+  // sleeping stops an idle connection from burning a core. A QuiescentSink's poster with
+  // nothing in flight goes further: it sleeps until the next send() wakes it.
+  IdlePolicy poster_idle;
   // The same for the calling threads in send(payload, timeout), drain() and stop().
-  std::uint32_t retry_spins = 16;
-  std::chrono::nanoseconds retry_sleep = std::chrono::microseconds(10);
+  IdlePolicy retry_idle{16, 16, std::chrono::microseconds(1), std::chrono::microseconds(100)};
   // How long stop() (and so the destructor) waits for queued records to reach the Sink before
   // it counts the rest as not sent.
   std::chrono::nanoseconds stop_timeout = std::chrono::seconds(1);
@@ -81,32 +90,8 @@ struct ThreadedProducerStats {
   std::uint64_t sink_retries = 0;    // Sink::send() returned would_block; retried after progress()
   std::uint64_t max_queue_depth = 0; // most accepted records seen waiting for the poster at once
   std::uint64_t recoveries = 0;      // the poster healed the Sink's connection
+  std::uint64_t poster_parks = 0;    // the poster slept until a send() woke it (QuiescentSink)
 };
-
-namespace detail {
-
-// Yields for the first `spins` rounds, then sleeps: a short wait stays cheap in latency, a long
-// one gives the core away.
-class Backoff {
- public:
-  Backoff(std::uint32_t spins, std::chrono::nanoseconds sleep) noexcept : spins_(spins), sleep_(sleep) {}
-  void pause() {
-    if (rounds_ < spins_) {
-      ++rounds_;
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(sleep_);
-    }
-  }
-  void reset() noexcept { rounds_ = 0; }
-
- private:
-  std::uint32_t spins_;
-  std::chrono::nanoseconds sleep_;
-  std::uint32_t rounds_ = 0;
-};
-
-}  // namespace detail
 
 template <RecordSink Sink>
 class ThreadedProducer {
@@ -170,6 +155,7 @@ class ThreadedProducer {
     // Cannot fail: a queued index holds a slot, so at most slot_count nodes are in use besides
     // the dummy, and a popped node is back in the pool before its slot is back in the free list.
     BOOST_VERIFY(pending_.bounded_push(slot));
+    wake_poster();
     return success();
   }
 
@@ -177,12 +163,12 @@ class ThreadedProducer {
   // (errc::timed_out).
   Result<void> send(std::span<const std::byte> payload, std::chrono::nanoseconds timeout) {
     const auto deadline = Clock::now() + timeout;
-    detail::Backoff backoff(opts_.retry_spins, opts_.retry_sleep);
+    IdleStrategy backoff(opts_.retry_idle);
     for (;;) {
       auto r = send(payload);
       if (r || r.error() != errc::would_block) return r;
       if (Clock::now() >= deadline) return make_error(errc::timed_out, "ThreadedProducer::send");
-      backoff.pause();
+      backoff.idle(0);
     }
   }
 
@@ -202,7 +188,8 @@ class ThreadedProducer {
       if (failed_.load(std::memory_order_acquire)) return error_;
       return success();
     }
-    const std::uint64_t target = admitted(admission_.fetch_or(kClosed, std::memory_order_acq_rel));
+    const std::uint64_t target = admitted(admission_.fetch_or(kClosed, std::memory_order_seq_cst));
+    wake_poster();
     request_settle(target);
     auto r = wait_settled(target, Clock::now() + opts_.stop_timeout, "ThreadedProducer::stop");
     abandon_.store(true, std::memory_order_release);
@@ -219,6 +206,7 @@ class ThreadedProducer {
         .sink_retries = sink_retries_.load(std::memory_order_relaxed),
         .max_queue_depth = max_depth_.load(std::memory_order_relaxed),
         .recoveries = recoveries_.load(std::memory_order_relaxed),
+        .poster_parks = parks_.load(std::memory_order_relaxed),
     };
   }
 
@@ -266,8 +254,28 @@ class ThreadedProducer {
     std::uint64_t cur = admission_.load(std::memory_order_relaxed);
     do {
       if ((cur & kClosed) != 0) return false;
-    } while (!admission_.compare_exchange_weak(cur, cur + 1, std::memory_order_relaxed));
+    } while (!admission_.compare_exchange_weak(cur, cur + 1, std::memory_order_seq_cst, std::memory_order_relaxed));
     return true;
+  }
+
+  // The parked poster's handshake (io_uring's SQ_NEED_WAKEUP, in one process): the poster
+  // stores kParked and then reads admission_; a sender changes admission_ and then reads wake_
+  // (all sequentially consistent). So either the poster sees the new record and stays up, or the
+  // sender sees kParked and wakes it: no record waits for a poster that sleeps on. A sender pays
+  // one load unless the poster is parked.
+  void wake_poster() noexcept {
+    if (wake_.load(std::memory_order_seq_cst) == kParked && wake_.exchange(0, std::memory_order_seq_cst) == kParked)
+      wake_.notify_one();
+  }
+
+  void park(std::uint64_t popped) {
+    wake_.store(kParked, std::memory_order_seq_cst);
+    const std::uint64_t admission = admission_.load(std::memory_order_seq_cst);
+    if (admitted(admission) == popped && (admission & kClosed) == 0) {
+      parks_.fetch_add(1, std::memory_order_relaxed);
+      wake_.wait(kParked, std::memory_order_acquire);
+    }
+    wake_.store(0, std::memory_order_relaxed);
   }
 
   // Asks the poster to flush once it has taken `target` records, even if the queue never runs
@@ -283,12 +291,12 @@ class ThreadedProducer {
   // ahead of one whose send() returned before `target` was read is in `target` too: that record
   // is among the first `target` taken, and settled_ >= target means it is done.
   Result<void> wait_settled(std::uint64_t target, Clock::time_point deadline, const char* what) {
-    detail::Backoff backoff(opts_.retry_spins, opts_.retry_sleep);
+    IdleStrategy backoff(opts_.retry_idle);
     for (;;) {
       if (failed_.load(std::memory_order_acquire)) return error_;
       if (settled_.load(std::memory_order_acquire) >= target) return success();
       if (Clock::now() >= deadline) return make_error(errc::timed_out, what);
-      backoff.pause();
+      backoff.idle(0);
     }
   }
 
@@ -296,7 +304,7 @@ class ThreadedProducer {
     std::uint64_t popped = 0;
     std::uint64_t settled = 0;
     std::uint64_t max_depth = 0;
-    detail::Backoff idle(opts_.poster_spins, opts_.poster_sleep);
+    IdleStrategy idle(opts_.poster_idle);
     for (;;) {
       std::uint32_t slot = 0;
       if (pending_.pop(slot)) {
@@ -326,14 +334,22 @@ class ThreadedProducer {
         auto r = sink_.progress();
         if (!r) on_sink_error(std::move(r).error());
       }
-      idle.pause();
+      if constexpr (QuiescentSink<Sink>) {
+        // Nothing in flight: nothing to read credit for, so nothing but a send() can need us.
+        if (failed_.load(std::memory_order_relaxed) || sink_.quiescent()) {
+          park(popped);
+          idle.reset();
+          continue;
+        }
+      }
+      idle.idle(0);
     }
   }
 
   // Hands one record to the Sink, retrying it on would_block rather than taking the next one:
   // a record is never dropped while the Sink works, and never overtaken by a later one.
   void hand_over(std::uint32_t slot) {
-    detail::Backoff full(opts_.poster_spins, opts_.poster_sleep);
+    IdleStrategy full(opts_.poster_idle);
     for (;;) {
       if (failed_.load(std::memory_order_relaxed) || abandon_.load(std::memory_order_acquire)) {
         not_sent_.fetch_add(1, std::memory_order_relaxed);
@@ -357,7 +373,7 @@ class ThreadedProducer {
         on_sink_error(std::move(p).error());
         continue;
       }
-      full.pause();
+      full.idle(0);
     }
   }
 
@@ -421,6 +437,9 @@ class ThreadedProducer {
   alignas(kLine) std::atomic<bool> failed_{false};
   Error error_;
   std::atomic<bool> abandon_{false};
+  static constexpr std::uint32_t kParked = 1;
+  alignas(kLine) std::atomic<std::uint32_t> wake_{0};
+  std::atomic<std::uint64_t> parks_{0};
 
   // Last: the poster starts in the constructor and uses every member above.
   std::thread poster_;

@@ -43,6 +43,10 @@ struct DeliveredRecord {
 struct CreditWrite {
   std::array<std::byte, wire::kCreditRecordSize> bytes{};  // posted inline to the credit MR
   SendQueueBudget::Slot slot{};
+  // Posted as an RDMA_WRITE_WITH_IMM, which wakes a producer sleeping on its completion queue:
+  // it answers a credit request (the producer may be waiting for it) or sets the doorbell flag
+  // (a producer with publishes in flight must look at it: protocol-spec/wakeup.md).
+  bool notify = false;
 };
 
 struct ConsumerCounters {
@@ -56,6 +60,8 @@ struct ConsumerCounters {
   std::uint64_t stale_epoch = 0;          // publishes from another epoch, ignored
   std::uint64_t not_ready = 0;            // tail mode: polls that found a published record failing its checks
   std::uint64_t duplicates_dropped = 0;   // records below deliver_from, consumed without delivery
+  std::uint64_t doorbells = 0;            // tail mode: immediates that only said "read the tail"
+  std::uint64_t doorbell_flag_writes = 0; // credit records written to set or clear the doorbell flag
 
   ConsumerCounters& operator+=(const ConsumerCounters& o) noexcept;
 };
@@ -75,6 +81,16 @@ class ConsumerCore {
   Result<void> on_immediate(std::uint32_t imm);
   // Mode tail: the tail MR's bytes as read now (torn reads are ignored and counted).
   Result<void> on_tail(std::span<const std::byte, wire::kTailRecordSize> bytes);
+  // Mode tail: a doorbell's immediate (protocol-spec/wakeup.md). The tail MR says what is
+  // published; the doorbell only says the producer saw the flag, which can be cleared now.
+  // Errors: protocol_violation (wrong epoch bits); the connection's error once broken.
+  Result<void> on_doorbell(std::uint32_t imm);
+  // Mode tail: whether the producer should ring a doorbell with each publish (the owner is
+  // about to sleep). A change is written with the next take_credit(). Mode imm: ignored.
+  void want_doorbell(bool on) noexcept;
+  // The producer has the flag the owner wants: the last write that set it has completed, so a
+  // publish the producer makes from now on is followed by a doorbell.
+  bool doorbell_confirmed() const noexcept;
 
   // The next record, now being consumed; nullopt when none is published (or, in tail mode, the
   // next one is not yet valid). Errors: protocol_violation.
@@ -125,6 +141,10 @@ class ConsumerCore {
   std::uint64_t deliver_from_;
   std::uint32_t credit_requests_seen_ = 0;
   bool credit_asked_ = false;
+  // Both start set in mode tail: a producer assumes the flag in an epoch it has no credit from.
+  bool doorbell_wanted_;
+  bool doorbell_written_;
+  std::optional<std::uint64_t> doorbell_wr_;  // the write that set the flag, until it completes
   std::array<std::byte, wire::kTailRecordSize> last_tail_{};  // polled often, decoded when it changes
   std::optional<Clock::time_point> invalid_since_;
   std::optional<Error> failure_;

@@ -42,6 +42,7 @@ enum class errc {
   control_failure,          // the control channel failed (connection refused or cut, malformed message)
   owner_lost,               // the ring owner stopped answering heartbeats: recover() when it is back
   closed,                   // the object was stopped; it takes no more work
+  system_failure,           // a system call failed (epoll, eventfd: errno in Error::sys_errno)
 };
 
 const std::error_category& rdmaring_category() noexcept;

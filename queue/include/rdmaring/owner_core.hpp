@@ -186,6 +186,11 @@ class OwnerCore {
   void finish_deliveries(std::span<const TakenRecord> taken, std::size_t handled);
   // Credit write-backs due on live, established links.
   void take_credits(std::vector<CreditPost>& out);
+  // The owner is about to sleep (mode tail): every established link's producer is asked to
+  // follow its publishes with a doorbell, by the credit records the next take_credits returns.
+  // The owner may sleep at once: each write that sets a flag is signaled, and its completion
+  // wakes the owner for the re-check that makes the sleep safe (protocol-spec/wakeup.md).
+  void prepare_sleep() noexcept;
 
   // Sessions ended since the last call: the adapter tears down their QPs and rings.
   std::vector<ClosedSession> take_closed();

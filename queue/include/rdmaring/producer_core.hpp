@@ -64,7 +64,8 @@ struct PeerRing {
 struct WorkRequest {
   enum class Kind : std::uint8_t {
     write,           // staging[local_offset, +length) -> ring[remote_offset, +length)
-    write_with_imm,  // the same, then publish: the consumer receives `imm`
+    write_with_imm,  // the same, then the consumer receives `imm`: mode imm's publish, or
+                     // (zero-length, after the tail) mode tail's doorbell
     write_tail,      // publish: `tail` (inline) -> the consumer's tail MR
   };
   Kind kind = Kind::write;
@@ -77,9 +78,9 @@ struct WorkRequest {
 };
 
 // Everything one ibv_post_send carries: at most two payload segments (a batch crosses the ring's
-// end at most once) and the publish.
+// end at most once), the publish and, in mode tail, a doorbell.
 struct PostBatch {
-  std::array<WorkRequest, 3> wrs{};
+  std::array<WorkRequest, 4> wrs{};
   std::size_t count = 0;
   std::span<const WorkRequest> requests() const noexcept { return {wrs.data(), count}; }
 };
@@ -98,6 +99,7 @@ struct ProducerCounters {
   std::uint64_t stale_credit = 0;     // credit records from another epoch, ignored
   std::uint64_t would_block = 0;      // claims refused for lack of ring space
   std::uint64_t sq_full = 0;          // batches held back for lack of send-queue slots
+  std::uint64_t doorbells = 0;        // mode tail: publishes followed by a doorbell
 };
 
 class ProducerCore {
@@ -122,7 +124,9 @@ class ProducerCore {
   // True when a coalescing threshold is reached or credit must be asked for.
   bool flush_due(Clock::time_point now) const noexcept;
   // Whether anything waits to be posted at all (flush_due's cheap part, needing no clock).
-  bool publish_pending() const noexcept { return !failure_ && (want_credit_ || committed_ != published_); }
+  bool publish_pending() const noexcept {
+    return !failure_ && (want_credit_ || ring_ || committed_ != published_);
+  }
   // The next batch to post, regardless of thresholds; nullopt when nothing is waiting or the
   // send queue has no room (then retry after completions).
   std::optional<PostBatch> take_batch();
@@ -143,8 +147,15 @@ class ProducerCore {
 
   // A signaled send completion. A failed one breaks the connection (errc::completion_error).
   void on_completion(std::uint64_t wr_id, bool success, int wc_status = 0);
-  // The bytes of the credit MR, as read now (possibly torn; then ignored and counted).
+  // The bytes of the credit MR, as read now (possibly torn; then ignored and counted). Called
+  // whenever the producer waits for anything: a credit record that raises the doorbell flag
+  // while part of what was published may be unseen needs a doorbell to be sent
+  // (protocol-spec/wakeup.md).
   void on_credit(std::span<const std::byte, wire::kCreditRecordSize> bytes);
+  // Mode tail: publishes are followed by a doorbell (the consumer may be asleep).
+  bool doorbell() const noexcept { return doorbell_; }
+  // Mode tail: the repair rule owes the consumer a doorbell; the next take_batch sends it.
+  bool doorbell_owed() const noexcept { return ring_; }
 
   // Set when the connection failed; claim(), send() and take_batch() then refuse.
   const std::optional<Error>& failure() const noexcept { return failure_; }
@@ -186,6 +197,8 @@ class ProducerCore {
   Clock::time_point oldest_pending_{};
   bool want_credit_ = false;
   bool credit_asked_ = false;
+  bool doorbell_;      // mode tail: the consumer's flag, assumed set until it says otherwise
+  bool ring_ = false;  // a doorbell is owed for a publish made before the flag was seen
   std::uint32_t credit_requests_ = 0;
   std::array<std::byte, wire::kCreditRecordSize> last_credit_{};  // polled often, decoded when it changes
   std::optional<Error> failure_;

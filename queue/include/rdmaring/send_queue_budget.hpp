@@ -16,8 +16,11 @@ inline constexpr std::uint32_t kDefaultSqDepth = 128;
 inline constexpr std::uint32_t kDefaultSignalInterval = 16;
 static_assert(kDefaultSqDepth >= 2 * kDefaultSignalInterval, "a full send queue must hold a signaled WR");
 
-// errc::bad_config unless depth >= 2 * signal_interval >= 2 and depth >= min_depth.
-Result<void> validate_send_queue(std::uint32_t depth, std::uint32_t signal_interval, std::uint32_t min_depth);
+// errc::bad_config unless depth >= 2 * signal_interval >= 2 and depth >= signal_interval +
+// max_batch - 1, where max_batch is the most WRs one post needs free at once: up to
+// signal_interval - 1 unsignaled WRs can be outstanding with no completion coming to retire them,
+// and the batch must still fit beside them.
+Result<void> validate_send_queue(std::uint32_t depth, std::uint32_t signal_interval, std::uint32_t max_batch);
 
 class SendQueueBudget {
  public:

@@ -17,7 +17,7 @@
 
 namespace rdmaring::wire {
 
-inline constexpr std::uint32_t kVersion = 2;
+inline constexpr std::uint32_t kVersion = 3;
 
 // ---- Records in the ring ------------------------------------------------------------------
 // Every record starts on a 64-byte boundary: a 24-byte header, the payload, fill (content
@@ -102,14 +102,18 @@ std::optional<TailRecord> decode_tail_record(std::span<const std::byte, kTailRec
 // ---- Credit write-back --------------------------------------------------------------------
 // Written by the consumer with one RDMA_WRITE into the producer's credit MR: space below
 // `released` may be overwritten. Layout: [0,8) epoch, [8,16) released (byte position),
-// [16,24) delivered = sequence of the next record to deliver, [24,28) credit_requests_seen,
+// [16,24) delivered = sequence of the next record to deliver, [24,28) flags,
 // [28,32) check = CRC-32C of [0,28).
 inline constexpr std::size_t kCreditRecordSize = 32;
+// Flag: the consumer may sleep, so a tail-mode producer follows each publish with a doorbell (a
+// zero-length WRITE_WITH_IMM) until a credit record clears it (protocol-spec/wakeup.md). Other
+// bits are reserved: written 0, ignored.
+inline constexpr std::uint32_t kCreditDoorbell = 1u << 0;
 struct CreditRecord {
   std::uint64_t epoch = 0;
   std::uint64_t released = 0;
   std::uint64_t delivered = 0;
-  std::uint32_t credit_requests_seen = 0;
+  std::uint32_t flags = 0;
 };
 void encode(const CreditRecord& c, std::span<std::byte, kCreditRecordSize> out) noexcept;
 std::optional<CreditRecord> decode_credit_record(std::span<const std::byte, kCreditRecordSize> in) noexcept;

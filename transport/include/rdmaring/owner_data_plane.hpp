@@ -26,16 +26,18 @@
 #include "rdmaring/post.hpp"
 #include "rdmaring/verbs/async_events.hpp"
 #include "rdmaring/verbs/cm_id.hpp"
+#include "rdmaring/verbs/comp_channel.hpp"
 #include "rdmaring/verbs/cq.hpp"
 #include "rdmaring/verbs/event_channel.hpp"
 #include "rdmaring/verbs/mr.hpp"
 #include "rdmaring/verbs/pd.hpp"
 #include "rdmaring/verbs/srq.hpp"
+#include "rdmaring/waiter.hpp"
 
 namespace rdmaring {
 
-// Mode imm: receives consumed by immediates are re-posted to the shared receive queue in chains
-// of this many, so recv_depth must be at least twice it.
+// Receives consumed by immediates (mode imm's publishes, mode tail's doorbells) are re-posted to
+// the shared receive queue in chains of this many, so recv_depth must be at least twice it.
 inline constexpr std::uint32_t kRecvRepostBatch = 16;
 
 struct OwnerDataPlaneOptions {
@@ -43,7 +45,7 @@ struct OwnerDataPlaneOptions {
   std::uint16_t data_port = 0;
   bool relaxed_ordering = false;
   bool on_demand_paging = false;
-  std::uint32_t recv_depth = 1024;  // mode imm: receives on the shared receive queue
+  std::uint32_t recv_depth = 1024;  // receives on the shared receive queue
   OwnerConfig core;
   std::function<void(SessionId, CloseReason, const std::string&)> on_session_closed;
 };
@@ -61,6 +63,7 @@ struct DataPlaneCounters {
   std::uint64_t stale_completions = 0;     // completions of a QP that is gone
   std::uint64_t malformed_connects = 0;    // connect requests whose private data did not decode
   std::uint64_t credit_post_failures = 0;  // each breaks its session's link only
+  std::uint64_t sleeps = 0;                // arm() calls that found nothing to do: the poller may sleep
   std::map<std::string, std::uint64_t> completion_errors;  // by ibv_wc_status_str
 };
 
@@ -68,8 +71,8 @@ class OwnerDataPlane {
  public:
   using Clock = OwnerCore::Clock;
 
-  // Binds and listens; opens the device's PD, CQ (and SRQ in mode imm). Throws SetupError
-  // (no_device: the address is on no RDMA device; verbs_failure).
+  // Binds and listens; opens the device's PD, completion channel, CQ and SRQ. Throws SetupError
+  // (no_device: the address is on no RDMA device; verbs_failure; system_failure).
   explicit OwnerDataPlane(const OwnerDataPlaneOptions& options);
   OwnerDataPlane(const OwnerDataPlane&) = delete;
   OwnerDataPlane& operator=(const OwnerDataPlane&) = delete;
@@ -105,6 +108,18 @@ class OwnerDataPlane {
   Result<std::span<const TakenRecord>> begin_poll(std::size_t max);
   // The first `handled` of them were handled: released; the rest are given back. Posts credit.
   std::size_t end_poll(std::size_t handled) noexcept;
+  // Before the polling thread sleeps (protocol-spec/wakeup.md): takes what is waiting, asks
+  // tail-mode producers for doorbells, arms the CQ and looks again. false: there is work now (or
+  // a wake() came), poll instead of sleeping; true: fd() becomes readable at the next event. Errors:
+  // verbs_failure; invalid_argument while a poll is open.
+  Result<bool> arm();
+  // arm(), then sleeps until fd() is readable or the timeout passes. true: woken (or there was
+  // work), false: timed out. Errors: arm()'s, system_failure.
+  Result<bool> wait(std::chrono::milliseconds timeout);
+  // Readable when poll() may have work, once arm() returned true (epoll nests: put it in a loop).
+  int fd() const noexcept { return waiter_->fd(); }
+  // Any thread: fd() becomes readable and a wait() returns.
+  void wake() const noexcept { waiter_->wake(); }
 
   // ---- any thread ----
   // Runs f(core, counters) under the lock: a consistent view, for stats.
@@ -138,6 +153,12 @@ class OwnerDataPlane {
   void register_ring(SessionRing& r) const;
   RingKeys keys(const SessionRing& r) const noexcept;
   Result<void> post_receives(std::uint32_t n);
+  // Under the lock: async events, completions and (mode tail) tail records, fed to the core.
+  Result<void> take_events(Closed& closed);
+  // Under the lock: take_events, credits posted; whether a poll has records to take.
+  Result<bool> work_waiting(Closed& closed);
+  // Under the lock: the completion channel's events of an earlier arm() are taken back.
+  void disarm();
   // Under the lock: every completion waiting, fed to the core, and the sessions it ended torn
   // down (their QPs' own completions then drained too, before any QP number can be reused).
   Result<void> take_completions(Closed& closed);
@@ -154,9 +175,12 @@ class OwnerDataPlane {
   verbs::EventChannel channel_;  // the listener's and every accepted connection's events
   verbs::CmId listener_{channel_};
   std::optional<verbs::ProtectionDomain> pd_;
+  std::optional<verbs::CompletionChannel> cq_channel_;  // before the CQ: it outlives it
   std::optional<verbs::CompletionQueue> cq_;
   std::optional<verbs::SharedReceiveQueue> srq_;
   std::optional<verbs::AsyncEvents> async_;
+  std::optional<Waiter> waiter_;
+  bool armed_ = false;
   std::vector<ibv_recv_wr> recv_chain_;
   std::uint32_t recv_owed_ = 0;  // receives consumed, not yet re-posted
 

@@ -32,8 +32,9 @@ struct WriteTarget {
 // Posts `wrs` as one chain. Errors: as QueuePair::post_send.
 Result<void> post_chain(verbs::QueuePair& qp, std::span<const WorkRequest> wrs, const WriteTarget& target);
 
-// Posts one inline RDMA_WRITE of `bytes` to remote `addr`/`rkey` (tail or credit record).
+// Posts one inline RDMA_WRITE of `bytes` to remote `addr`/`rkey` (a credit record); with
+// `notify`, an RDMA_WRITE_WITH_IMM (immediate 0) that also completes a receive of the peer's.
 Result<void> post_inline_write(verbs::QueuePair& qp, std::span<const std::byte> bytes, std::uint64_t addr,
-                               std::uint32_t rkey, const SendQueueBudget::Slot& slot);
+                               std::uint32_t rkey, const SendQueueBudget::Slot& slot, bool notify = false);
 
 }  // namespace rdmaring

@@ -1,13 +1,16 @@
 // The producer's data plane on verbs: the device rdma_cm routes the owner's address to, the PD,
-// CQ and async events, the staging mirror of the ring and the credit record (each registered
-// once), and the RC QP of the current epoch. It executes what ProducerCore decides: posts its
-// batches, feeds it completions, async events and the credit record.
+// CQ (with a completion channel, to sleep on) and async events, the staging mirror of the ring
+// and the credit record (each registered once), and the RC QP of the current epoch, with
+// receives posted for the credit records the owner writes with an immediate. It executes what
+// ProducerCore decides: posts its batches, feeds it completions, async events and the credit
+// record.
 //
 // One thread at a time (the Producer's caller); no lock. What the control channel grants (the
 // epoch, its connect proof, the ring's keys) comes in as an Epoch: this layer never speaks
 // Cap'n Proto.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -22,6 +25,7 @@
 #include "rdmaring/registration_footprint.hpp"
 #include "rdmaring/session_proof.hpp"
 #include "rdmaring/verbs/async_events.hpp"
+#include "rdmaring/verbs/comp_channel.hpp"
 #include "rdmaring/verbs/cq.hpp"
 #include "rdmaring/verbs/mr.hpp"
 #include "rdmaring/verbs/pd.hpp"
@@ -48,6 +52,8 @@ struct ProducerDataPlaneCounters {
   std::uint64_t post_send_calls = 0;
   std::uint64_t completions = 0;        // signaled send completions polled
   std::uint64_t stale_completions = 0;  // completions of a replaced connection, ignored
+  std::uint64_t credit_notifications = 0;  // credit records that came with an immediate
+  std::uint64_t sleeps = 0;                // waits that armed the CQ and slept
   std::map<std::string, std::uint64_t> completion_errors;  // by ibv_wc_status_str
 };
 
@@ -72,8 +78,19 @@ class ProducerDataPlane {
   // connection in the core and is returned.
   Result<void> post_due(ProducerCore& core, bool force, Clock::time_point now);
   // Completions, async events (every so many calls) and the credit record, into the core.
-  // Errors: verbs_failure of the CQ or the async event queue.
-  Result<void> poll(ProducerCore& core);
+  // Returns how many events it took (completions, a changed credit record). Errors:
+  // verbs_failure of the CQ or the async event queue.
+  Result<std::size_t> poll(ProducerCore& core);
+  // Before sleeping: polls, arms the CQ, polls again. false: an event was there (act on the
+  // core's state instead of sleeping); true: fd() becomes readable at the next completion (a
+  // signaled send's, or a receive: credit the owner wrote with an immediate, because it answers
+  // a request or sets the doorbell flag). Errors: poll()'s, verbs_failure of the arming.
+  Result<bool> arm(ProducerCore& core);
+  // After arm() returned true: sleeps until fd() is readable or `timeout` passes (negative: no
+  // limit). true: readable. Errors: system_failure of poll(2).
+  Result<bool> sleep(std::chrono::milliseconds timeout) const;
+  // The completion channel's descriptor, for an event loop.
+  int fd() const noexcept { return cq_channel_->fd(); }
   // The QPs go (detach: the owner already tore its side down).
   void disconnect() noexcept;
 
@@ -89,13 +106,19 @@ class ProducerDataPlane {
   struct Link;
   void connect(Link& l, const ProducerEpoch& e);
   Link& current() noexcept;
+  Result<void> post_receives(std::uint32_t n);
+  void read_credit(ProducerCore& core) const;
 
   ProducerDataPlaneOptions options_;
   std::unique_ptr<Link> first_;  // its rdma_cm id holds the device context of the PD open
   std::string device_;
   std::optional<verbs::ProtectionDomain> pd_;
   std::optional<verbs::AsyncEvents> async_;
+  std::optional<verbs::CompletionChannel> cq_channel_;  // before the CQ: it outlives it
   std::optional<verbs::CompletionQueue> cq_;
+  std::array<ibv_recv_wr, 16> recv_chain_{};  // no scatter list: the credit is in the WRITE's bytes
+  std::uint32_t recv_owed_ = 0;               // receives consumed, not yet posted again
+  bool armed_ = false;
   verbs::AlignedBuffer credit_buf_{4096};
   std::optional<verbs::MemoryRegion> credit_mr_;
   std::optional<verbs::AlignedBuffer> staging_;

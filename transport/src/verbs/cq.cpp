@@ -1,5 +1,6 @@
 #include "rdmaring/verbs/cq.hpp"
 
+#include "rdmaring/verbs/comp_channel.hpp"
 #include "rdmaring/verbs/context.hpp"
 #include "rdmaring/verbs/error.hpp"
 
@@ -9,10 +10,16 @@
 
 namespace rdmaring::verbs {
 
-CompletionQueue::CompletionQueue(const Context& context, int entries)
+CompletionQueue::CompletionQueue(const Context& context, int entries, const CompletionChannel* channel)
     : what_(describe_object("cq of " + std::to_string(entries) + " entries", context.name())),
-      cq_(ibv_create_cq(context.get(), entries, nullptr, nullptr, 0)) {
+      cq_(ibv_create_cq(context.get(), entries, nullptr, channel ? channel->get() : nullptr, 0)) {
   if (!cq_) throw_verbs("ibv_create_cq", what_, errno);
+}
+
+Result<void> CompletionQueue::arm() {
+  // ibv_req_notify_cq returns the errno value itself.
+  if (const int rc = ibv_req_notify_cq(cq_.get(), 0); rc != 0) return verbs_error("ibv_req_notify_cq", what_, rc);
+  return success();
 }
 
 Result<std::size_t> CompletionQueue::poll(std::span<ibv_wc> out) {

@@ -1,7 +1,6 @@
-// CompletionQueue: where the device reports finished work requests.
-//
-// Busy-polled only, with no completion channel: the queue's progress loop polls anyway, and a
-// channel would add a file descriptor and an arm/ack protocol nothing here uses.
+// CompletionQueue: where the device reports finished work requests. Polled; bound to a
+// completion channel, it can also be armed, so that a poller with nothing to do can sleep until
+// the next completion.
 #pragma once
 
 #include "rdmaring/error.hpp"
@@ -15,14 +14,20 @@
 
 namespace rdmaring::verbs {
 
+class CompletionChannel;
 class Context;
 
 class CompletionQueue {
  public:
-  // Creates a CQ with room for at least `entries` completions.
-  // Assumes: `context` outlives the CQ; 0 < entries <= DeviceCaps::max_cqe.
+  // Creates a CQ with room for at least `entries` completions, bound to `channel` if given.
+  // Assumes: `context` and `channel` outlive the CQ; 0 < entries <= DeviceCaps::max_cqe.
   // Throws: SetupError errc::verbs_failure with the errno of ibv_create_cq.
-  CompletionQueue(const Context& context, int entries);
+  CompletionQueue(const Context& context, int entries, const CompletionChannel* channel = nullptr);
+
+  // The next completion (one that arrives after this call) raises an event on the channel.
+  // Completions already queued raise none: poll once more after arming, before sleeping.
+  // Assumes: bound to a channel. Returns: verbs_failure with the errno of ibv_req_notify_cq.
+  Result<void> arm();
 
   // Moves up to out.size() completions into `out` and returns how many; 0 when none is ready.
   // Assumes: one poller at a time (verbs serialises, but completions would be split arbitrarily).

@@ -1,0 +1,38 @@
+// Waiter: sleeping until one of several descriptors is readable or another thread calls wake().
+// One epoll descriptor over the descriptors given plus an eventfd of its own, so that an
+// application can put the single fd() into its own event loop (epoll nests).
+#pragma once
+
+#include <chrono>
+#include <initializer_list>
+
+#include "rdmaring/error.hpp"
+
+namespace rdmaring {
+
+class Waiter {
+ public:
+  // Watches `fds` for readability (level-triggered); they must outlive the Waiter.
+  // Throws: SetupError system_failure with the errno of epoll_create1, eventfd or epoll_ctl.
+  explicit Waiter(std::initializer_list<int> fds);
+  ~Waiter();
+  Waiter(const Waiter&) = delete;
+  Waiter& operator=(const Waiter&) = delete;
+
+  // Readable while a watched descriptor is, or a wake() is not yet cleared.
+  int fd() const noexcept { return epoll_; }
+  // Sleeps until fd() is readable or `timeout` passes (negative: no limit). true: readable.
+  // Errors: system_failure with the errno of epoll_wait (EINTR is a wake-up: true).
+  Result<bool> wait(std::chrono::milliseconds timeout) const;
+  // From any thread: makes fd() readable until take_wake(). One write(2); never blocks.
+  void wake() const noexcept;
+  // Takes back the wake()s so far; whether there was one. A caller about to sleep takes them
+  // first and does not sleep when there was one: a wake() is never lost, whenever it came.
+  bool take_wake() const noexcept;
+
+ private:
+  int epoll_ = -1;
+  int event_ = -1;
+};
+
+}  // namespace rdmaring
