@@ -7,6 +7,11 @@
 //   rdmaring-bench phases   [--device NAME] [--sizes-mb 1,16,64]
 //                           allocation, registration (ibv_reg_mr per MB) and re-registration (what
 //                           a resume pays to revoke an rkey), measured apart, on one device
+//   rdmaring-bench attach   --address A [--counts 1,16,64] [--ring BYTES] [--mode imm|tail]
+//                           one owner, N producers of this process attached one after another:
+//                           attach time and what each session registers and pins, per N
+//   rdmaring-bench cores    [options]  no device: the library's CPU cost per record, its cores
+//                           joined through memory, beside an spsc_queue and a memcpy (cores.cpp)
 //
 // Record k's length and bytes are a function of (seed, k), so the consumer checks every byte
 // without a side channel.
@@ -37,6 +42,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -53,6 +59,7 @@
 #include <vector>
 
 #include "bench_records.hpp"
+#include "cores.hpp"
 #include "rdmaring/idle_strategy.hpp"
 #include "rdmaring/producer.hpp"
 #include "rdmaring/ring_owner.hpp"
@@ -91,6 +98,7 @@ struct Options {
   bool quiet = false;         // no progress lines
   std::string device;         // phases: the device to open (default: RDMARING_DEVICE, else the first)
   std::string sizes_mb = "1,16,64";  // phases: buffer sizes
+  std::string counts = "1,16,64";    // attach: session counts
   // spin: both sides poll without pause (the throughput and latency figures); sleep: the owner
   // polls with an IdleStrategy that ends in RingOwner::wait(), the producer waits in
   // Producer::wait() (protocol-spec/wakeup.md).
@@ -106,7 +114,9 @@ struct Options {
                "  [--slow-every N --slow-us U] [--relaxed] [--payload-check crc32c|none] [--timeout SECONDS]\n"
                "  [--latency [--warmup N] [--gap-ms G]] [--idle spin|sleep] [--idle-s S] [--json FILE] [--no-fill]\n"
                "  [--metrics PREFIX] [-q]\n"
-               "       rdmaring-bench phases [--device NAME] [--sizes-mb 1,16,64]\n";
+               "       rdmaring-bench phases [--device NAME] [--sizes-mb 1,16,64]\n"
+               "       rdmaring-bench attach --address A [--counts 1,16,64] [--ring BYTES] [--mode imm|tail]\n"
+               "       rdmaring-bench cores --help\n";
   std::exit(2);
 }
 
@@ -146,6 +156,7 @@ Options parse(int argc, char** argv) {
     else if (k == "-q") o.quiet = true;
     else if (k == "--device") o.device = next();
     else if (k == "--sizes-mb") o.sizes_mb = next();
+    else if (k == "--counts") o.counts = next();
     else if (k == "--idle") o.idle = next();
     else if (k == "--gap-ms") o.gap_ms = std::stoull(next());
     else if (k == "--idle-s") o.idle_s = std::stod(next());
@@ -336,7 +347,7 @@ int run_phases(const Options& o) {
   return 0;
 }
 
-int run_consumer(const Options& o) {
+RingOwnerOptions owner_options(const Options& o) {
   RingOwnerOptions co;
   co.address = o.address;
   co.control_port = o.port;
@@ -345,6 +356,63 @@ int run_consumer(const Options& o) {
   co.mode = mode_of(o);
   co.relaxed_ordering = o.relaxed;
   co.core.payload_check = o.payload_check;
+  return co;
+}
+
+// Attach cost as sessions grow: one owner and N producers of this process, attached one after
+// another (each: control round trip, the owner's ring allocated and registered, the producer's
+// staging registered, the QP connected). Per N: attach time, median and slowest; the MR bytes
+// each side holds per session; VmPin's growth per session (both sides: one process).
+int run_attach(const Options& o) {
+  std::vector<std::uint32_t> counts;
+  std::istringstream list(o.counts);
+  for (std::string item; std::getline(list, item, ',');) {
+    std::uint32_t n = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
+    if (ec != std::errc{} || end != item.data() + item.size() || n == 0 || n > 4096)
+      usage("--counts " + o.counts + ": " + item + " is not a session count from 1 to 4096");
+    counts.push_back(n);
+  }
+  if (counts.empty()) usage("--counts is empty");
+  RingOwnerOptions co = owner_options(o);
+  co.max_sessions = *std::max_element(counts.begin(), counts.end());
+  const auto owner = RingOwner::start(co);
+  ProducerOptions po;
+  po.address = o.address;
+  po.control_port = owner->control_port();
+  for (const std::uint32_t n : counts) {
+    const std::uint64_t pinned_before = verbs::read_memlock_state().pinned;
+    std::vector<Producer> producers;
+    producers.reserve(n);
+    std::vector<double> ms;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const auto t0 = Clock::now();
+      producers.push_back(Producer::attach(po));
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    const std::uint64_t pinned = verbs::read_memlock_state().pinned - pinned_before;
+    const RegistrationFootprint owner_mrs = owner->stats().registered;
+    const RegistrationFootprint producer_mrs = producers.front().stats().registered;
+    std::sort(ms.begin(), ms.end());
+    std::cout << "attach sessions=" << n << " attach_ms_p50=" << ms[ms.size() / 2] << " attach_ms_max=" << ms.back()
+              << " owner_mr_bytes_per_session=" << owner_mrs.bytes / n << " owner_mrs=" << owner_mrs.regions
+              << " producer_mr_bytes=" << producer_mrs.bytes << " producer_mrs=" << producer_mrs.regions
+              << " vm_pin_per_session=" << pinned / n << std::endl;
+    producers.clear();  // each detaches
+    const auto deadline = Clock::now() + Seconds(o.timeout_s);
+    while (owner->session_count() > 0) {
+      if (Clock::now() > deadline) {
+        std::cerr << "attach: " << owner->session_count() << " sessions still open after the detaches\n";
+        return 1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  return 0;
+}
+
+int run_consumer(const Options& o) {
+  RingOwnerOptions co = owner_options(o);
   co.max_sessions = 1;
   const auto consumer = RingOwner::start(co);
   const PortCounterWindow counters(consumer->stats().device);
@@ -686,12 +754,14 @@ int run_pair(const Options& o, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "cores") return rdmaring::bench::run_cores(argc - 1, argv + 1);
   const Options o = parse(argc, argv);
   try {
     if (o.role == "pair") return run_pair(o, argc, argv);
     if (o.role == "consumer") return run_consumer(o);
     if (o.role == "producer") return run_producer(o);
     if (o.role == "phases") return run_phases(o);
+    if (o.role == "attach") return run_attach(o);
   } catch (const SetupError& e) {
     std::cerr << "rdmaring-bench " << o.role << ": " << e.what() << "\n";
     return 1;

@@ -54,6 +54,7 @@ bool OwnerCore::link_live(SessionId id) const noexcept {
 
 OwnerCore::Session& OwnerCore::add(SessionId id, std::span<const std::byte> ring, const ResumePoint& start,
                                    std::uint64_t deliver_from) {
+  changed();
   return sessions_
       .try_emplace(id, Session{ConsumerCore(ring, geometry_, config_.mode, start, deliver_from, config_.core)})
       .first->second;
@@ -64,6 +65,7 @@ void OwnerCore::end(SessionId id, CloseReason reason, std::string message) {
   if (it == sessions_.end()) return;
   counters_.closed_rings += it->second.core.counters();
   sessions_.erase(it);
+  changed();
   closed_.push_back(ClosedSession{id, reason, std::move(message)});
 }
 
@@ -103,6 +105,7 @@ Result<Fence> OwnerCore::resume(const Credentials& who, Clock::time_point now) {
   Session* s = find(who.session);
   if (!s) return make_error(errc::unknown_session, "session " + std::to_string(who.session) + " has no ring");
   BOOST_OUTCOME_TRY(at, s->core.begin_epoch(epoch));
+  changed();
   s->link.reset();
   s->fencing = true;
   // What the next epoch's producer may write again, from the read head to its limit: zeroed, so
@@ -120,6 +123,7 @@ Result<Fence> OwnerCore::resume(const Credentials& who, Clock::time_point now) {
 
 void OwnerCore::fence_done(SessionId id) noexcept {
   if (Session* s = find(id)) s->fencing = false;
+  changed();
 }
 
 Result<ResumePoint> OwnerCore::restore(const Credentials& who, const DurableSession& durable, bool restarted,
@@ -178,12 +182,14 @@ Result<void> OwnerCore::admit_connect(const wire::ConnectData& request, Clock::t
   // The table admits a QP only for the current epoch, so a link this replaces was of an epoch
   // already fenced, or a QP that never got established.
   s->link = Link{request.epoch, false, false};
+  changed();
   return success();
 }
 
 void OwnerCore::connect_failed(SessionId id) noexcept {
   ++counters_.connect_refused;
   if (Session* s = find(id)) s->link.reset();
+  changed();
 }
 
 void OwnerCore::on_established(SessionId id) noexcept {
@@ -191,6 +197,7 @@ void OwnerCore::on_established(SessionId id) noexcept {
   if (!s || !s->link || s->link->dead) return;
   s->link->established = true;
   table_.on_connected(id);
+  changed();
 }
 
 void OwnerCore::break_link(SessionId id, Session& s) noexcept {
@@ -198,6 +205,7 @@ void OwnerCore::break_link(SessionId id, Session& s) noexcept {
   s.link->dead = true;
   table_.on_broken(id, s.link->epoch);
   broken_.push_back(id);
+  changed();
 }
 
 void OwnerCore::on_link_broken(SessionId id) noexcept {
@@ -209,6 +217,7 @@ void OwnerCore::on_link_broken(SessionId id) noexcept {
 void OwnerCore::on_immediate(SessionId id, std::uint32_t imm) {
   Session* s = find(id);
   if (!s) return;
+  changed();
   const auto ok = config_.mode == wire::PublishMode::imm ? s->core.on_immediate(imm) : s->core.on_doorbell(imm);
   if (!ok) fail(id, ok.error());
 }
@@ -216,11 +225,16 @@ void OwnerCore::on_immediate(SessionId id, std::uint32_t imm) {
 void OwnerCore::on_tail(SessionId id, std::span<const std::byte, wire::kTailRecordSize> bytes) {
   Session* s = find(id);
   if (!s) return;
+  // Read every poll for every session, and mostly unchanged: only a move is a change.
+  const std::uint64_t published = s->core.ledger().published;
+  const std::uint64_t asked = s->core.counters().credit_requests;
   if (auto ok = s->core.on_tail(bytes); !ok) fail(id, ok.error());
+  else if (s->core.ledger().published != published || s->core.counters().credit_requests != asked) changed();
 }
 
 void OwnerCore::on_credit_completion(SessionId id, std::uint64_t wr_id) {
   if (Session* s = find(id)) s->core.on_completion(wr_id, true);
+  changed();
 }
 
 void OwnerCore::on_error_completion(SessionId id) {
@@ -229,14 +243,18 @@ void OwnerCore::on_error_completion(SessionId id) {
 }
 
 bool OwnerCore::wants_clock() const noexcept {
-  return std::any_of(sessions_.begin(), sessions_.end(), [](const auto& kv) {
+  if (clock_checked_ == changes_) return clock_wanted_;
+  clock_wanted_ = std::any_of(sessions_.begin(), sessions_.end(), [](const auto& kv) {
     const Session& s = kv.second;
     const ConsumerLedger l = s.core.ledger();
     return l.head != l.published || s.core.counters().publishes != s.publishes_seen;
   });
+  clock_checked_ = changes_;
+  return clock_wanted_;
 }
 
 void OwnerCore::take_deliveries(std::size_t max, Clock::time_point now, std::vector<TakenRecord>& out) {
+  changed();
   bool unread = false;
   for (auto& [id, s] : sessions_) {
     if (s.core.counters().publishes != s.publishes_seen) {
@@ -306,6 +324,8 @@ void OwnerCore::finish_deliveries(std::span<const TakenRecord> taken, std::size_
   // Per session, its handled records are a prefix of its records in the batch: release through
   // the last handled one, give back from the first one not handled. A batch spans few sessions,
   // so they are looked up in a flat list.
+  if (taken.empty()) return;  // every poll ends here, most of an idle owner's with nothing
+  changed();
   auto& marks = mark_scratch_;  // (session, seen)
   const auto first_sight = [&marks](SessionId id) {
     for (auto& [marked, seen] : marks)
@@ -339,11 +359,15 @@ void OwnerCore::finish_deliveries(std::span<const TakenRecord> taken, std::size_
 }
 
 void OwnerCore::prepare_sleep() noexcept {
+  changed();
   for (auto& [id, s] : sessions_)
     if (s.link && s.link->established && !s.link->dead) s.core.want_doorbell(true);
 }
 
 void OwnerCore::take_credits(std::vector<CreditPost>& out) {
+  // What this takes leaves nothing due (a credit held back for send-queue room waits for a
+  // completion, which is a change): with no change since, none can be due.
+  if (credits_checked_ == changes_) return;
   for (auto& [id, s] : sessions_) {
     if (!s.link || !s.link->established || s.link->dead) continue;
     while (auto w = s.core.take_credit()) {
@@ -351,6 +375,7 @@ void OwnerCore::take_credits(std::vector<CreditPost>& out) {
       out.push_back(CreditPost{id, *w});
     }
   }
+  credits_checked_ = changes_;
 }
 
 }  // namespace rdmaring

@@ -7,10 +7,6 @@
 #include "rdmaring/checksum.hpp"
 
 namespace rdmaring {
-namespace {
-
-
-}  // namespace
 
 Result<void> ProducerConfig::validate() const {
   BOOST_OUTCOME_TRY(validate_send_queue(sq_depth, signal_interval, PostBatch{}.wrs.size()));

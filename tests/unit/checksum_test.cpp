@@ -73,4 +73,17 @@ TEST_CASE("SSE4.2 CRC-32C matches the check values and Boost.CRC", "[checksum]")
   check_known_vectors(detail::crc32c_sse42);
   check_against_boost(detail::crc32c_sse42);
 }
+
+TEST_CASE("folded (ISA-L) CRC-32C matches the check values and Boost.CRC, up to 64 KiB", "[checksum]") {
+  if (!__builtin_cpu_supports("sse4.2") || !__builtin_cpu_supports("pclmul"))
+    RDMARING_SKIP("CPU lacks SSE4.2 or PCLMUL: ISA-L's folded CRC-32C path not tested");
+  check_known_vectors(detail::crc32c_folded);
+  check_against_boost(detail::crc32c_folded);
+  std::vector<std::byte> big(64 * 1024 + 3);
+  std::mt19937_64 rng(0xF01D);
+  for (auto& b : big) b = static_cast<std::byte>(rng());
+  for (const std::size_t len : {255u, 256u, 257u, 4096u, 65536u, 65539u})
+    REQUIRE(detail::crc32c_folded(std::span<const std::byte>(big).first(len)) ==
+            boost_crc32c(std::span<const std::byte>(big).first(len)));
+}
 #endif

@@ -888,3 +888,30 @@ TEST_CASE("credit goes out only on a live established link, one send-queue slot 
     CHECK(posts.size() == 2);
   }
 }
+
+// ---- an idle owner --------------------------------------------------------------------------------
+
+// OwnerCore skips its per-session scans when no event came since it last looked: every kind of
+// publish must count as one, or an owner that asks wants_clock() before taking (as
+// OwnerDataPlane does) would never look again.
+TEST_CASE("an owner wants the clock exactly when a publish is waiting, however long it was idle",
+          "[owner-core][idle]") {
+  const auto mode = GENERATE(wire::PublishMode::imm, wire::PublishMode::tail);
+  INFO("mode " << (mode == wire::PublishMode::imm ? "imm" : "tail"));
+  LoopbackFabric f(mode, 4096, 1000);
+  const std::vector<std::byte> record(100, std::byte{7});
+  for (int round = 0; round < 3; ++round) {
+    for (int idle = 0; idle < 3; ++idle) {
+      f.deliver_publishes();
+      CHECK_FALSE(f.core().wants_clock());
+    }
+    REQUIRE(f.producer->send(record, Clock::now()));
+    f.flush();
+    f.deliver_publishes();
+    CHECK(f.core().wants_clock());
+    CHECK(f.core().wants_clock());  // asking again changes nothing
+    CHECK(f.deliver(16, [](const Delivery&) {}) == 1);
+    CHECK_FALSE(f.core().wants_clock());
+    f.return_credit();
+  }
+}

@@ -16,6 +16,8 @@ std::uint32_t crc32c_portable(std::span<const std::byte> bytes) noexcept;
 #if defined(__x86_64__)
 // Executes the SSE4.2 crc32 instruction unconditionally: call only where the CPU has it.
 std::uint32_t crc32c_sse42(std::span<const std::byte> bytes) noexcept;
+// ISA-L's crc32_iscsi from 256 B up, crc32c_sse42 below: needs SSE4.2 and PCLMUL.
+std::uint32_t crc32c_folded(std::span<const std::byte> bytes) noexcept;
 #endif
 
 }  // namespace detail

@@ -228,6 +228,10 @@ class OwnerCore {
   void fail(SessionId id, const Error& e);
   void end(SessionId id, CloseReason reason, std::string message);
   void break_link(SessionId id, Session& s) noexcept;
+  // Every event that can make a record deliverable or a credit due is a change: a poll that
+  // follows none skips the per-session scans of wants_clock() and take_credits(), so an idle
+  // owner's poll costs the same with 1 session or 1,000 (bench/README.md, "Native cost").
+  void changed() noexcept { ++changes_; }
 
   OwnerConfig config_;
   RingGeometry geometry_;
@@ -239,6 +243,10 @@ class OwnerCore {
   std::vector<SessionId> broken_;
   std::vector<SessionId> turn_scratch_;
   std::vector<std::pair<SessionId, bool>> mark_scratch_;
+  std::uint64_t changes_ = 0;
+  mutable std::uint64_t clock_checked_ = ~std::uint64_t{0};  // changes_ when wants_clock() last looked
+  mutable bool clock_wanted_ = false;
+  std::uint64_t credits_checked_ = ~std::uint64_t{0};  // changes_ when take_credits() last looked
   OwnerCounters counters_;
 };
 
