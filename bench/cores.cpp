@@ -21,6 +21,8 @@
 // split them (bench/cores-instructions), where no PMU is exposed to perf.
 #include "cores.hpp"
 
+#include "tools/wire_names.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <boost/lockfree/spsc_queue.hpp>
@@ -505,85 +507,6 @@ struct Options {
   std::string json;
 };
 
-void print_usage(std::ostream& out) {
-  out << "usage: rdmaring-bench cores [--record-sizes 64,1024,4096,65536] [--checks none,crc32c]\n"
-               "  [--modes imm,tail] [--sessions 1,16,64,256|none] [--runs 5] [--records N] [--split-only]\n"
-               "  [--json FILE]\n";
-}
-
-[[noreturn]] void usage(const std::string& why) {
-  std::cerr << "rdmaring-bench cores: " << why << "\n";
-  print_usage(std::cerr);
-  std::exit(2);
-}
-
-template <class T>
-T number(const std::string& option, const std::string& text, T min, T max) {
-  T v{};
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc{} || end != text.data() + text.size() || v < min || v > max)
-    usage(option + " " + text + ": not a number from " + std::to_string(min) + " to " + std::to_string(max));
-  return v;
-}
-
-std::vector<std::string> split_list(const std::string& option, const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t from = 0;
-  for (;;) {
-    const std::size_t comma = text.find(',', from);
-    out.push_back(text.substr(from, comma - from));
-    if (out.back().empty()) usage(option + " " + text + ": an empty item");
-    if (comma == std::string::npos) return out;
-    from = comma + 1;
-  }
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(k + " needs a value");
-      return argv[++i];
-    };
-    if (k == "--record-sizes") {
-      o.sizes.clear();
-      for (const auto& s : split_list(k, value())) o.sizes.push_back(number<std::uint32_t>(k, s, 1, 64 * 1024));
-    } else if (k == "--checks") {
-      o.checks.clear();
-      for (const auto& s : split_list(k, value())) {
-        if (s != "none" && s != "crc32c") usage(k + " " + s + ": must be none or crc32c");
-        o.checks.push_back(s == "none" ? wire::PayloadCheck::none : wire::PayloadCheck::crc32c);
-      }
-    } else if (k == "--modes") {
-      o.modes.clear();
-      for (const auto& s : split_list(k, value())) {
-        if (s != "imm" && s != "tail") usage(k + " " + s + ": must be imm or tail");
-        o.modes.push_back(s == "imm" ? wire::PublishMode::imm : wire::PublishMode::tail);
-      }
-    } else if (k == "--sessions") {
-      const std::string v = value();
-      o.sessions.clear();
-      if (v != "none")
-        for (const auto& s : split_list(k, v)) o.sessions.push_back(number<std::uint32_t>(k, s, 1, 4096));
-    } else if (k == "--runs") {
-      o.runs = number<unsigned>(k, value(), 1, 101);
-    } else if (k == "--records") {
-      o.records = number<std::uint64_t>(k, value(), 1, std::uint64_t{1} << 40);
-    } else if (k == "--split-only") {
-      o.split_only = true;
-    } else if (k == "--json") {
-      o.json = value();
-    } else if (k == "--help" || k == "-h") {
-      print_usage(std::cout);
-      std::exit(0);
-    } else {
-      usage("unknown option " + k);
-    }
-  }
-  return o;
-}
-
 // Enough records that a run moves 256 MiB, within [20,000, 500,000].
 std::uint64_t records_for(const Options& o, std::uint32_t size) {
   if (o.records) return *o.records;
@@ -619,10 +542,7 @@ Split median_split(unsigned runs, const Config& c, std::size_t sessions, std::ui
 
 double ratio(double a, double b) { return b > 0 ? a / b : 0; }
 
-}  // namespace
-
-int run_cores(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+int run_cores(const Options& o) {
   nlohmann::json report{{"runs", o.runs}, {"cost", nlohmann::json::array()}, {"sessions", nlohmann::json::array()}};
   std::cout << std::fixed << std::setprecision(1)
             << "native cost per record, ns (median of " << o.runs
@@ -697,4 +617,36 @@ int run_cores(int argc, char** argv) {
   return 0;
 }
 
+}  // namespace
+
 }  // namespace rdmaring::bench
+
+namespace rdmaring::tools {
+
+Command add_cores_command(CLI::App& parent) {
+  auto o = std::make_shared<bench::Options>();
+  CLI::App* app = parent.add_subcommand("cores", "no device: the library's CPU cost per record, beside an spsc_queue and a memcpy");
+  app->add_option("--record-sizes", o->sizes, "record sizes, bytes")->delimiter(',')->check(CLI::Range(1, 64 * 1024))->capture_default_str();
+  app->add_option("--checks", o->checks, "payload checks: none, crc32c")
+      ->delimiter(',')
+      ->transform(one_of(kPayloadCheckNames))
+      ->default_str("none,crc32c");
+  app->add_option("--modes", o->modes, "publish modes: imm, tail")
+      ->delimiter(',')
+      ->transform(one_of(kPublishModeNames))
+      ->default_str("imm,tail");
+  app->add_option("--sessions", o->sessions, "session counts of the sweep, 1 to 4096")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app->add_flag_callback("--no-sessions", [o] { o->sessions.clear(); }, "no sweep over session counts");
+  app->add_option("--runs", o->runs, "runs per figure (the median is reported)")->check(CLI::Range(1, 101))->capture_default_str();
+  app->add_option("--records", o->records, "records per run (default: 256 MiB worth, 20,000 to 500,000)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
+  app->add_flag("--split-only", o->split_only, "no pipelined runs");
+  app->add_option("--json", o->json, "write the figures to this file as one JSON object");
+  return {app, [o] { return bench::run_cores(*o); }};
+}
+
+}  // namespace rdmaring::tools
+

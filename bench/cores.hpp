@@ -2,9 +2,10 @@
 // no emulator (bench/README.md, "Native cost").
 #pragma once
 
-namespace rdmaring::bench {
+#include "tools/command.hpp"
 
-// argv[0] is "cores". Exit status 0, or 2 for bad options (one line on stderr).
-int run_cores(int argc, char** argv);
+namespace rdmaring::tools {
 
-}  // namespace rdmaring::bench
+Command add_cores_command(CLI::App& parent);
+
+}  // namespace rdmaring::tools

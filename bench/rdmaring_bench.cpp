@@ -1,5 +1,6 @@
-// rdmaring-bench: a producer and a consumer exchanging records over a real verbs device, each
-// record verified (sequence, length, every byte), with the per-record costs the library pays.
+// rdmaring-bench (also `rdmaring bench`): a producer and a consumer exchanging records over a
+// real verbs device, each record verified (sequence, length, every byte), with the per-record
+// costs the library pays. Options: ROLE --help.
 //
 //   rdmaring-bench pair     [options]  both roles, as two processes; prints the report
 //   rdmaring-bench consumer [options]  listen, receive --records, print its line
@@ -58,6 +59,10 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "bench_command.hpp"
+#include "tools/wire_names.hpp"
 #include "bench_records.hpp"
 #include "cores.hpp"
 #include "rdmaring/idle_strategy.hpp"
@@ -97,8 +102,8 @@ struct Options {
   std::string metrics;        // Prometheus text: PREFIX-owner.prom / PREFIX-producer.prom
   bool quiet = false;         // no progress lines
   std::string device;         // phases: the device to open (default: RDMARING_DEVICE, else the first)
-  std::string sizes_mb = "1,16,64";  // phases: buffer sizes
-  std::string counts = "1,16,64";    // attach: session counts
+  std::vector<std::uint64_t> sizes_mb{1, 16, 64};  // phases: buffer sizes, MB
+  std::vector<std::uint32_t> counts{1, 16, 64};    // attach: session counts
   // spin: both sides poll without pause (the throughput and latency figures); sleep: the owner
   // polls with an IdleStrategy that ends in RingOwner::wait(), the producer waits in
   // Producer::wait() (protocol-spec/wakeup.md).
@@ -107,71 +112,53 @@ struct Options {
   double idle_s = 0;         // after the records, both sides idle this long: CPU per process over it
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::cerr << "rdmaring-bench: " << why << "\n"
-            << "usage: rdmaring-bench pair|consumer|producer [--address A] [--port P] [--mode imm|tail]\n"
-               "  [--ring BYTES] [--max-record BYTES] [--records N] [--sizes mixed|fixed:N] [--seed S]\n"
-               "  [--slow-every N --slow-us U] [--relaxed] [--payload-check crc32c|none] [--timeout SECONDS]\n"
-               "  [--latency [--warmup N] [--gap-ms G]] [--idle spin|sleep] [--idle-s S] [--json FILE] [--no-fill]\n"
-               "  [--metrics PREFIX] [-q]\n"
-               "       rdmaring-bench phases [--device NAME] [--sizes-mb 1,16,64]\n"
-               "       rdmaring-bench attach --address A [--counts 1,16,64] [--ring BYTES] [--mode imm|tail]\n"
-               "       rdmaring-bench cores --help\n";
-  std::exit(2);
+// The options of the roles that move records (pair, consumer, producer, attach).
+void add_run_options(CLI::App& app, Options& o) {
+  app.add_option("-a,--address", o.address, "the owner's address (an RDMA device's)")->envname("RDMARING_ADDR")->required();
+  app.add_option("-p,--port", o.port, "control port (0: the consumer picks one)")->transform(tools::whole_number())->capture_default_str();
+  app.add_option("--mode", o.mode, "publish mode")->check(CLI::IsMember({"imm", "tail"}))->capture_default_str();
+  app.add_option("--ring", o.ring, "ring bytes")->transform(tools::whole_number(1))->capture_default_str();
+  app.add_option("--max-record", o.max_record, "largest record, bytes")->transform(tools::whole_number(1))->capture_default_str();
+  app.add_option("--records", o.records, "records to send")->transform(tools::whole_number(1))->capture_default_str();
+  app.add_option("--sizes", o.sizes, "record sizes: mixed, or fixed:N")
+      ->check(CLI::Validator(
+          [](const std::string& v) -> std::string {
+            std::uint32_t n = 0;
+            if (v == "mixed") return {};
+            const char* first = v.data() + std::min<std::size_t>(v.size(), 6);
+            const auto [end, ec] = std::from_chars(first, v.data() + v.size(), n);
+            return v.rfind("fixed:", 0) == 0 && ec == std::errc{} && end == v.data() + v.size()
+                       ? std::string{}
+                       : "must be mixed or fixed:N (N bytes)";
+          },
+          "mixed|fixed:N"))
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "record contents are a function of (seed, sequence)")->transform(tools::whole_number())->capture_default_str();
+  app.add_option("--slow-every", o.slow_every, "the consumer sleeps --slow-us every N records")->transform(tools::whole_number());
+  app.add_option("--slow-us", o.slow_us, "how long the consumer sleeps, microseconds")->transform(tools::whole_number());
+  app.add_flag("--relaxed", o.relaxed, "register the ring with relaxed ordering");
+  app.add_option("--payload-check", o.payload_check, "crc32c or none")
+      ->transform(tools::one_of(tools::kPayloadCheckNames))
+      ->default_str("crc32c");
+  app.add_option("--ready-fd", o.ready_fd)->group("");  // pair: the consumer writes its port here
+  app.add_option("--timeout", o.timeout_s, "seconds before the run gives up")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--latency", o.latency, "one record at a time: RTT/2 percentiles");
+  app.add_option("--warmup", o.warmup, "latency: round trips not counted")->transform(tools::whole_number())->capture_default_str();
+  app.add_option("--json", o.json, "write the results to this file as one JSON object");
+  app.add_flag("--no-fill", o.no_fill, "neither fill nor check the records' bytes");
+  app.add_option("--metrics", o.metrics, "write Prometheus text to PREFIX-owner.prom and PREFIX-producer.prom");
+  app.add_flag("-q", o.quiet, "no progress lines");
+  app.add_option("--idle", o.idle, "spin, or sleep when idle")->check(CLI::IsMember({"spin", "sleep"}))->capture_default_str();
+  app.add_option("--gap-ms", o.gap_ms, "latency: a lull before each record, ms")->transform(tools::whole_number());
+  app.add_option("--idle-s", o.idle_s, "after the records both sides idle this long: CPU over it")->check(CLI::NonNegativeNumber);
 }
 
-Options parse(int argc, char** argv) {
-  if (argc < 2) usage("no role");
-  Options o;
-  o.role = argv[1];
-  for (int i = 2; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) usage(k + " needs a value");
-      return argv[++i];
-    };
-    if (k == "--address") o.address = next();
-    else if (k == "--port") o.port = static_cast<std::uint16_t>(std::stoul(next()));
-    else if (k == "--mode") o.mode = next();
-    else if (k == "--ring") o.ring = std::stoull(next());
-    else if (k == "--max-record") o.max_record = static_cast<std::uint32_t>(std::stoul(next()));
-    else if (k == "--records") o.records = std::stoull(next());
-    else if (k == "--sizes") o.sizes = next();
-    else if (k == "--seed") o.seed = std::stoull(next());
-    else if (k == "--slow-every") o.slow_every = std::stoull(next());
-    else if (k == "--slow-us") o.slow_us = std::stoull(next());
-    else if (k == "--relaxed") o.relaxed = true;
-    else if (k == "--payload-check") {
-      const std::string v = next();
-      if (v != "crc32c" && v != "none") usage("--payload-check must be crc32c or none");
-      o.payload_check = v == "none" ? wire::PayloadCheck::none : wire::PayloadCheck::crc32c;
-    }
-    else if (k == "--ready-fd") o.ready_fd = std::stoi(next());
-    else if (k == "--timeout") o.timeout_s = std::stod(next());
-    else if (k == "--latency") o.latency = true;
-    else if (k == "--warmup") o.warmup = std::stoull(next());
-    else if (k == "--json") o.json = next();
-    else if (k == "--no-fill") o.no_fill = true;
-    else if (k == "--metrics") o.metrics = next();
-    else if (k == "-q") o.quiet = true;
-    else if (k == "--device") o.device = next();
-    else if (k == "--sizes-mb") o.sizes_mb = next();
-    else if (k == "--counts") o.counts = next();
-    else if (k == "--idle") o.idle = next();
-    else if (k == "--gap-ms") o.gap_ms = std::stoull(next());
-    else if (k == "--idle-s") o.idle_s = std::stod(next());
-    else usage("unknown option " + k);
-  }
+// Called once the role's options are parsed: what depends on several of them.
+void finish(Options& o) {
   if (o.device.empty()) {
     if (const char* d = std::getenv("RDMARING_DEVICE")) o.device = d;
   }
   if (o.sizes.rfind("fixed:", 0) == 0) o.fixed_size = static_cast<std::uint32_t>(std::stoul(o.sizes.substr(6)));
-  else if (o.sizes != "mixed") usage("--sizes must be mixed or fixed:N");
-  if (o.role == "phases") return o;
-  if (o.address.empty()) usage("no --address and no RDMARING_ADDR");
-  if (o.mode != "imm" && o.mode != "tail") usage("--mode must be imm or tail");
-  if (o.idle != "spin" && o.idle != "sleep") usage("--idle must be spin or sleep");
-  return o;
 }
 
 using bench::mix;
@@ -208,34 +195,25 @@ std::map<std::string, std::string> fields(const std::string& line) {
   return out;
 }
 
-std::string json_string(const std::string& v) {
-  std::string out = "\"";
-  for (const char ch : v) {
-    const auto u = static_cast<unsigned char>(ch);
-    if (ch == '"' || ch == '\\') out += std::string("\\") + ch;
-    else if (u < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", u);
-      out += buf;
-    } else out += ch;
-  }
-  return out + "\"";
-}
-
 // A finite number stays a JSON number; anything else ("?", "inf", a name) becomes a string.
-std::string json_value(const std::string& v) {
+nlohmann::json json_value(const std::string& v) {
   if (!v.empty()) {
     char* end = nullptr;
     const double d = std::strtod(v.c_str(), &end);
-    if (end == v.c_str() + v.size() && std::isfinite(d) && v.find_first_of("xXnN") == std::string::npos) return v;
+    if (end == v.c_str() + v.size() && std::isfinite(d) && v.find_first_of("xXnN") == std::string::npos) {
+      std::uint64_t n = 0;
+      const auto [int_end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (ec == std::errc{} && int_end == v.data() + v.size()) return n;
+      return d;
+    }
   }
-  return json_string(v);
+  return v;
 }
 
-std::string json_object(const std::map<std::string, std::string>& m) {
-  std::string out = "{";
-  for (const auto& [k, v] : m) out += (out.size() > 1 ? ", " : "") + json_string(k) + ": " + json_value(v);
-  return out + "}";
+nlohmann::json json_object(const std::map<std::string, std::string>& m) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [k, v] : m) out[k] = json_value(v);
+  return out;
 }
 
 // {"role": ..., the run's options, "consumer": {...}, "producer": {...}, "ok": ...}
@@ -243,18 +221,26 @@ void write_json(const Options& o, const std::map<std::string, std::string>* cons
                 const std::map<std::string, std::string>* producer, bool ok) {
   if (o.json.empty()) return;
   const char* device = std::getenv("RDMARING_DEVICE");
+  nlohmann::json j{{"tool", "rdmaring-bench"},
+                   {"role", o.role},
+                   {"measurement", o.latency ? "latency" : "throughput"},
+                   {"device", device ? device : ""},
+                   {"address", o.address},
+                   {"mode", o.mode},
+                   {"sizes", o.sizes},
+                   {"records", o.records},
+                   {"ring", o.ring},
+                   {"max_record", o.max_record},
+                   {"seed", o.seed},
+                   {"relaxed", o.relaxed},
+                   {"payload_check", o.payload_check == wire::PayloadCheck::none ? "none" : "crc32c"},
+                   {"fill", !o.no_fill}};
+  if (o.latency) j["warmup"] = o.warmup;
+  if (consumer) j["consumer"] = json_object(*consumer);
+  if (producer) j["producer"] = json_object(*producer);
+  j["ok"] = ok;
   std::ofstream f(o.json);
-  f << "{\"tool\": \"rdmaring-bench\", \"role\": " << json_string(o.role)
-    << ", \"measurement\": " << json_string(o.latency ? "latency" : "throughput")
-    << ", \"device\": " << json_string(device ? device : "") << ", \"address\": " << json_string(o.address)
-    << ", \"mode\": " << json_string(o.mode) << ", \"sizes\": " << json_string(o.sizes) << ", \"records\": " << o.records
-    << ", \"ring\": " << o.ring << ", \"max_record\": " << o.max_record << ", \"seed\": " << o.seed
-    << ", \"relaxed\": " << (o.relaxed ? "true" : "false")
-    << ", \"payload_check\": " << json_string(o.payload_check == wire::PayloadCheck::none ? "none" : "crc32c") << ", \"fill\": " << (o.no_fill ? "false" : "true");
-  if (o.latency) f << ", \"warmup\": " << o.warmup;
-  if (consumer) f << ",\n \"consumer\": " << json_object(*consumer);
-  if (producer) f << ",\n \"producer\": " << json_object(*producer);
-  f << ",\n \"ok\": " << (ok ? "true" : "false") << "}\n";
+  f << j.dump(1) << "\n";
   if (!f) std::cerr << "rdmaring-bench: cannot write " << o.json << "\n";
 }
 
@@ -315,9 +301,8 @@ int run_phases(const Options& o) {
   verbs::Context ctx = verbs::Context::open(o.device);
   verbs::ProtectionDomain pd(ctx);
   std::cout << "phases on " << ctx.name() << " (median of 5 per size; ms per MB)\n";
-  std::istringstream list(o.sizes_mb);
-  for (std::string item; std::getline(list, item, ',');) {
-    const std::uint64_t mb = std::stoull(item), bytes = mb << 20;
+  for (const std::uint64_t mb : o.sizes_mb) {
+    const std::uint64_t bytes = mb << 20;
     std::vector<double> alloc, reg, rereg;
     for (int i = 0; i < 5; ++i) {
       auto t0 = Clock::now();
@@ -364,16 +349,7 @@ RingOwnerOptions owner_options(const Options& o) {
 // staging registered, the QP connected). Per N: attach time, median and slowest; the MR bytes
 // each side holds per session; VmPin's growth per session (both sides: one process).
 int run_attach(const Options& o) {
-  std::vector<std::uint32_t> counts;
-  std::istringstream list(o.counts);
-  for (std::string item; std::getline(list, item, ',');) {
-    std::uint32_t n = 0;
-    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
-    if (ec != std::errc{} || end != item.data() + item.size() || n == 0 || n > 4096)
-      usage("--counts " + o.counts + ": " + item + " is not a session count from 1 to 4096");
-    counts.push_back(n);
-  }
-  if (counts.empty()) usage("--counts is empty");
+  const std::vector<std::uint32_t>& counts = o.counts;
   RingOwnerOptions co = owner_options(o);
   co.max_sessions = *std::max_element(counts.begin(), counts.end());
   const auto owner = RingOwner::start(co);
@@ -703,18 +679,27 @@ void report(const Options& o, const std::string& c_out, const std::string& p_out
             << "  result       " << (ok ? "ok" : "FAILED") << std::endl;
 }
 
-int run_pair(const Options& o, int argc, char** argv) {
-  std::vector<std::string> common;  // the children's options: ours, less --json (the pair writes it)
-  for (int i = 2; i < argc; ++i) {
-    if (std::string(argv[i]) == "--json") {
-      ++i;
-      continue;
-    }
-    common.push_back(argv[i]);
+// The arguments after `pair`, as typed (CLI11 keeps them converted: a name as its enum's number),
+// less --json (the pair writes it): its two children get them. `skip`: the words before them.
+std::vector<std::string> child_options(std::size_t skip) {
+  std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> words, out;
+  for (std::string w; std::getline(cmdline, w, '\0');) words.push_back(w);
+  for (std::size_t i = skip; i < words.size(); ++i) {
+    if (words[i] == "--json") ++i;
+    else if (words[i].rfind("--json=", 0) != 0) out.push_back(words[i]);
   }
+  return out;
+}
+
+// `self`: the arguments that make this program run a role again ({"bench"} for `rdmaring bench`).
+int run_pair(const Options& o, const std::vector<std::string>& self) {
+  const std::vector<std::string> common = child_options(1 + self.size() + 1);
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return 1;
-  std::vector<std::string> cargs{"rdmaring-bench", "consumer", "--ready-fd", std::to_string(fds[1])};
+  std::vector<std::string> cargs{"rdmaring"};
+  cargs.insert(cargs.end(), self.begin(), self.end());
+  cargs.insert(cargs.end(), {"consumer", "--ready-fd", std::to_string(fds[1])});
   cargs.insert(cargs.end(), common.begin(), common.end());
   int c_fd = -1, p_fd = -1;
   const pid_t consumer = spawn(cargs, fds[1], c_fd);
@@ -728,8 +713,11 @@ int run_pair(const Options& o, int argc, char** argv) {
     waitpid(consumer, nullptr, 0);
     return 1;
   }
-  std::vector<std::string> pargs{"rdmaring-bench", "producer", "--port", std::string(buf, std::strcspn(buf, "\n"))};
+  std::vector<std::string> pargs{"rdmaring"};
+  pargs.insert(pargs.end(), self.begin(), self.end());
+  pargs.push_back("producer");
   pargs.insert(pargs.end(), common.begin(), common.end());
+  pargs.insert(pargs.end(), {"--port", std::string(buf, std::strcspn(buf, "\n"))});
   const pid_t producer = spawn(pargs, -1, p_fd);
   const std::string p_out = read_all(p_fd);
   int ps = 0, cs = 0;
@@ -753,18 +741,54 @@ int run_pair(const Options& o, int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc >= 2 && std::string(argv[1]) == "cores") return rdmaring::bench::run_cores(argc - 1, argv + 1);
-  const Options o = parse(argc, argv);
-  try {
-    if (o.role == "pair") return run_pair(o, argc, argv);
-    if (o.role == "consumer") return run_consumer(o);
-    if (o.role == "producer") return run_producer(o);
-    if (o.role == "phases") return run_phases(o);
-    if (o.role == "attach") return run_attach(o);
-  } catch (const SetupError& e) {
-    std::cerr << "rdmaring-bench " << o.role << ": " << e.what() << "\n";
-    return 1;
-  }
-  usage("unknown role " + o.role);
+namespace rdmaring::tools {
+
+std::vector<Command> add_bench_roles(CLI::App& app, const std::vector<std::string>& self) {
+  auto o = std::make_shared<Options>();
+  std::vector<Command> roles;
+  // Each role's run: SetupError (no device, a port in use, …) is its one line and exit 1.
+  const auto role = [&](const char* name, const char* what, auto run) {
+    CLI::App* sub = app.add_subcommand(name, what);
+    roles.push_back({sub, [o, name, run] {
+                       o->role = name;
+                       finish(*o);
+                       return run(*o);
+                     }});
+    return sub;
+  };
+  add_run_options(*role("pair", "both roles, as two processes; prints the report",
+                        [self](const Options& opt) { return run_pair(opt, self); }),
+                  *o);
+  add_run_options(*role("consumer", "listen, receive --records, print its line",
+                        [](const Options& opt) { return run_consumer(opt); }),
+                  *o);
+  add_run_options(*role("producer", "connect, send --records, print its line",
+                        [](const Options& opt) { return run_producer(opt); }),
+                  *o);
+  CLI::App* attach = role("attach", "one owner, N producers of this process: attach time and pinned bytes per N",
+                          [](const Options& opt) { return run_attach(opt); });
+  add_run_options(*attach, *o);
+  attach->add_option("--counts", o->counts, "session counts, 1 to 4096")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  CLI::App* phases = role("phases", "allocation, registration and re-registration per MB, on one device",
+                          [](const Options& opt) { return run_phases(opt); });
+  phases->add_option("--device", o->device, "the device (default: RDMARING_DEVICE, else the first)");
+  phases->add_option("--sizes-mb", o->sizes_mb, "buffer sizes, MB")->delimiter(',')->check(CLI::Range(1, 65536))->capture_default_str();
+  roles.push_back(add_cores_command(app));
+  return roles;
 }
+
+Command add_bench_command(CLI::App& parent) {
+  CLI::App* bench = parent.add_subcommand("bench", "records over a real device, measured (pair, latency, phases, attach, cores)");
+  bench->require_subcommand(1);
+  const std::vector<Command> roles = add_bench_roles(*bench, {"bench"});
+  return {bench, [roles] {
+            for (const Command& r : roles)
+              if (r.app->parsed()) return r.run();
+            return 2;
+          }};
+}
+
+}  // namespace rdmaring::tools

@@ -64,7 +64,7 @@ OwnerDataPlane::OwnerDataPlane(const OwnerDataPlaneOptions& options) : options_(
       if (e.error() != errc::no_device) throw;
       throw SetupError(make_error(errc::no_device, "RingOwner: address " + options.address +
                                                        " is on no RDMA device (rdma_cm bound it to none); give the "
-                                                       "address of an RDMA netdev (rdmaring-doctor lists them)"));
+                                                       "address of an RDMA netdev (rdmaring doctor lists them)"));
     }
   }();
   counters_.device = ctx.name();

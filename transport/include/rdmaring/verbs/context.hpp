@@ -30,7 +30,7 @@ struct DeviceCaps {
   ibv_mtu active_mtu = IBV_MTU_256;                      // port 1
   ibv_port_state port_state = IBV_PORT_NOP;              // port 1
 
-  // Device-wide detail for diagnostics (rdmaring-doctor); the queue's checks use the fields above.
+  // Device-wide detail for diagnostics (`rdmaring doctor`); the queue's checks use the fields above.
   bool odp = false;           // IBV_ODP_SUPPORT in the general ODP caps
   bool odp_implicit = false;  // IBV_ODP_SUPPORT_IMPLICIT: one ODP MR may cover the address space
   std::uint32_t odp_rc_caps = 0;       // ibv_odp_transport_cap_bits for RC

@@ -1,36 +1,23 @@
-// rdmaring-doctor [--json] [--device NAME] [--ring-bytes N]: the route a connection would take
-// and the contract the device offers the queue, with one verdict per path.
-//
-// It reads the verbs devices (ibv_get_device_list, ibv_query_device_ex, ibv_query_port), sysfs
-// (GIDs and their types, netdevs, NUMA, PCI), the process (affinity, memory policy, memlock),
-// the IOMMU, `nvidia-smi topo -m` and, with several RDMA netdevs, the ARP sysctls. It creates a
-// PD, a CQ and RC QPs (to probe the inline size) and registers one page with
-// IBV_ACCESS_RELAXED_ORDERING; it connects nothing.
-//
-// Exit status: 0 when at least one device is usable (opens, has an ACTIVE port, and can create a
-// PD, a CQ and an RC QP), 1 when none is (with a message naming rdma_rxe / Soft-RoCE), 2 on a
-// usage error.
-#include "doctor_report.hpp"
+#include "facts.hpp"
+
+#include "format.hpp"
 
 #include "rdmaring/error.hpp"
-#include "rdmaring/verbs/context.hpp"
 #include "rdmaring/verbs/cq.hpp"
-#include "rdmaring/verbs/mr.hpp"
 #include "rdmaring/verbs/pd.hpp"
 
 #include <infiniband/verbs.h>
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <endian.h>
+#include <fcntl.h>
+#include <net/if.h>
 #include <sched.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <climits>
@@ -38,26 +25,20 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <iostream>
 #include <memory>
-#include <set>
 #include <span>
 #include <sstream>
-#include <string>
-#include <vector>
+#include <utility>
 
+namespace rdmaring::doctor {
 namespace {
-
-using namespace rdmaring;
-using namespace rdmaring::doctor;
 
 constexpr const char* kSysIb = "/sys/class/infiniband/";
 constexpr int kNvidiaSmiTimeoutS = 10;
 
 // ----- files ------------------------------------------------------------------------------------
 
-// The first line of a small file, without its newline; nullopt when it cannot be read (sysfs
-// answers EINVAL for the attributes of an unused GID).
+// The first line of a small file, without its newline; nullopt when it cannot be read.
 std::optional<std::string> read_line(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
@@ -163,7 +144,38 @@ std::string port_state_name(ibv_port_state s) {
   return "state " + std::to_string(static_cast<int>(s));
 }
 
+std::string gid_type_name(std::uint32_t type) {
+  switch (type) {
+    case IBV_GID_TYPE_IB: return "IB";
+    case IBV_GID_TYPE_ROCE_V1: return "RoCE v1";
+    case IBV_GID_TYPE_ROCE_V2: return "RoCE v2";
+    default: return "type " + std::to_string(type);
+  }
+}
+
 int mtu_bytes(ibv_mtu mtu) { return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128 << static_cast<int>(mtu) : 0; }
+
+// The entries in use of the port's GID table. ibv_query_gid_ex answers ENODATA for an unused
+// entry; any other error ends the walk, and is kept, so that a missing RoCE v2 GID is not
+// reported where the table simply could not be read.
+void gather_gids(PortFacts& p, ibv_context* ctx) {
+  for (int i = 0; i < p.gid_table_len; ++i) {
+    ibv_gid_entry entry{};
+    const int err = ibv_query_gid_ex(ctx, static_cast<std::uint32_t>(p.port), static_cast<std::uint32_t>(i), &entry, 0);
+    if (err == ENODATA) continue;
+    if (err != 0) {
+      p.gid_error = "ibv_query_gid_ex(port " + std::to_string(p.port) + ", index " + std::to_string(i) + "): " + errno_text(err);
+      return;
+    }
+    GidEntry g;
+    g.index = i;
+    g.gid = format_gid(entry.gid);
+    g.type = gid_type_name(entry.gid_type);
+    char ifname[IF_NAMESIZE];
+    if (entry.ndev_ifindex != 0 && if_indextoname(entry.ndev_ifindex, ifname) != nullptr) g.netdev = ifname;
+    p.gids.push_back(std::move(g));
+  }
+}
 
 PortFacts gather_port(const std::string& dev, ibv_context* ctx, int port_num) {
   PortFacts p;
@@ -182,18 +194,12 @@ PortFacts gather_port(const std::string& dev, ibv_context* ctx, int port_num) {
   p.max_mtu = mtu_bytes(attr.max_mtu);
   p.rate = read_line(base + "rate").value_or("");
   p.gid_table_len = attr.gid_tbl_len;
-  for (int i = 0; i < attr.gid_tbl_len; ++i) {
-    const auto raw = read_line(base + "gids/" + std::to_string(i));
-    if (!raw) continue;
-    const std::string gid = compress_gid(*raw);
-    if (gid == "::") continue;  // unused entry
-    GidEntry g;
-    g.index = i;
-    g.gid = gid;
-    g.type = read_line(base + "gid_attrs/types/" + std::to_string(i)).value_or("");
-    g.netdev = read_line(base + "gid_attrs/ndevs/" + std::to_string(i)).value_or("");
-    if (p.netdev.empty()) p.netdev = g.netdev;
-    p.gids.push_back(std::move(g));
+  gather_gids(p, ctx);
+  for (const GidEntry& g : p.gids) {
+    if (!g.netdev.empty()) {
+      p.netdev = g.netdev;
+      break;
+    }
   }
   if (p.netdev.empty()) p.netdev = read_line(kSysIb + dev + "/parent").value_or("");
   if (!p.netdev.empty()) p.netdev_mtu = read_int("/sys/class/net/" + p.netdev + "/mtu");
@@ -334,6 +340,30 @@ DeviceFacts gather_device(ibv_device* dev) {
   return d;
 }
 
+struct FreeDeviceList {
+  void operator()(ibv_device** list) const noexcept { ibv_free_device_list(list); }
+};
+
+void gather_devices(Facts& f) {
+  int count = 0;
+  errno = 0;
+  std::unique_ptr<ibv_device*, FreeDeviceList> list(ibv_get_device_list(&count));
+  const int list_errno = list ? 0 : errno;
+  std::span<ibv_device* const> all;
+  if (list) all = {list.get(), static_cast<std::size_t>(count)};
+  try {
+    // select_device words the two refusals: no device at all (naming rdma_rxe and Soft-RoCE),
+    // or none called --device (naming those present).
+    if (all.empty() || !f.filter.empty()) (void)verbs::select_device(all, f.filter, list_errno);
+  } catch (const SetupError& e) {
+    f.device_error = e.what();
+  }
+  for (ibv_device* dev : all) {
+    if (!f.filter.empty() && f.filter != ibv_get_device_name(dev)) continue;
+    f.devices.push_back(gather_device(dev));
+  }
+}
+
 // ----- host -------------------------------------------------------------------------------------
 
 ProcessFacts gather_process() {
@@ -349,7 +379,8 @@ ProcessFacts gather_process() {
   }
   // get_mempolicy(2) through syscall(): libnuma is not a dependency.
   constexpr unsigned long kMaxNode = 1024;
-  unsigned long mask[kMaxNode / (8 * sizeof(unsigned long))] = {};
+  constexpr unsigned long kWordBits = 8 * sizeof(unsigned long);
+  unsigned long mask[kMaxNode / kWordBits] = {};
   int mode = 0;
   if (syscall(SYS_get_mempolicy, &mode, mask, kMaxNode, nullptr, 0UL) == 0) {
     static constexpr const char* kModes[] = {"default", "preferred", "bind", "interleave", "local", "preferred-many", "weighted-interleave"};
@@ -357,7 +388,7 @@ ProcessFacts gather_process() {
     std::string name = base >= 0 && base < 7 ? kModes[base] : "mode " + std::to_string(base);
     std::set<int> nodes;
     for (unsigned long n = 0; n < kMaxNode; ++n) {
-      if (mask[n / (8 * sizeof(unsigned long))] >> (n % (8 * sizeof(unsigned long))) & 1UL) nodes.insert(static_cast<int>(n));
+      if (mask[n / kWordBits] >> (n % kWordBits) & 1UL) nodes.insert(static_cast<int>(n));
     }
     if (!nodes.empty()) name += " " + format_id_list(nodes);
     p.mempolicy = name + " (get_mempolicy)";
@@ -373,12 +404,6 @@ ProcessFacts gather_process() {
     }
   }
   return p;
-}
-
-MemlockFacts gather_memlock() {
-  MemlockFacts m;
-  m.state = verbs::read_memlock_state();
-  return m;
 }
 
 IommuFacts gather_iommu() {
@@ -437,105 +462,39 @@ ToolOutput run_nvidia_smi() {
   return t;
 }
 
-void gather_netdevs(Report& r) {
+void gather_netdevs(Facts& f) {
   std::set<std::string> seen;
-  for (const DeviceFacts& d : r.devices) {
+  for (const DeviceFacts& d : f.devices) {
     for (const PortFacts& p : d.ports) {
       for (const GidEntry& g : p.gids) {
-        if (!g.netdev.empty() && seen.insert(g.netdev).second) r.rdma_netdevs.push_back(g.netdev);
+        if (!g.netdev.empty() && seen.insert(g.netdev).second) f.rdma_netdevs.push_back(g.netdev);
       }
-      if (!p.netdev.empty() && seen.insert(p.netdev).second) r.rdma_netdevs.push_back(p.netdev);
+      if (!p.netdev.empty() && seen.insert(p.netdev).second) f.rdma_netdevs.push_back(p.netdev);
     }
-    if (!d.parent.empty() && seen.insert(d.parent).second) r.rdma_netdevs.push_back(d.parent);
+    if (!d.parent.empty() && seen.insert(d.parent).second) f.rdma_netdevs.push_back(d.parent);
   }
-  if (r.rdma_netdevs.size() < 2) return;
+  // arp_ignore/arp_announce decide anything only between several RDMA netdevs.
+  if (f.rdma_netdevs.size() < 2) return;
   std::vector<std::string> scopes = {"all", "default"};
-  scopes.insert(scopes.end(), r.rdma_netdevs.begin(), r.rdma_netdevs.end());
+  scopes.insert(scopes.end(), f.rdma_netdevs.begin(), f.rdma_netdevs.end());
   for (const std::string& s : scopes) {
     const std::string base = "/proc/sys/net/ipv4/conf/" + s + "/";
-    r.arp.push_back({s, read_int(base + "arp_ignore"), read_int(base + "arp_announce")});
+    f.arp.push_back({s, read_int(base + "arp_ignore"), read_int(base + "arp_announce")});
   }
-}
-
-struct FreeDeviceList {
-  void operator()(ibv_device** list) const noexcept { ibv_free_device_list(list); }
-};
-
-void usage(std::ostream& out) {
-  out << "usage: rdmaring-doctor [--json] [--device NAME] [--ring-bytes N]\n"
-         "  Prints every verbs device (ports, GIDs, capabilities), the process's NUMA placement and\n"
-         "  memlock, the IOMMU, the GPU topology and ARP settings, and a verdict per path.\n"
-         "  --json          one JSON object instead of text\n"
-         "  --device NAME   only this device (e.g. rxe0)\n"
-         "  --ring-bytes N  the ring size the memlock verdict counts with (default 1048576)\n"
-         "Exit status: 0 if a device is usable, 1 if none is, 2 on a usage error.\n";
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  Report r;
-  bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--json") {
-      json = true;
-    } else if (arg == "--device" && i + 1 < argc) {
-      r.filter = argv[++i];
-    } else if (arg == "--ring-bytes" && i + 1 < argc) {
-      char* end = nullptr;
-      errno = 0;
-      const unsigned long long v = std::strtoull(argv[++i], &end, 0);
-      if (errno != 0 || end == argv[i] || *end != '\0' || v == 0) {
-        std::cerr << "rdmaring-doctor: --ring-bytes needs a positive number\n";
-        return 2;
-      }
-      r.ring_bytes = v;
-    } else if (arg == "-h" || arg == "--help") {
-      usage(std::cout);
-      return 0;
-    } else {
-      usage(std::cerr);
-      return 2;
-    }
-  }
-
-  int count = 0;
-  errno = 0;
-  std::unique_ptr<ibv_device*, FreeDeviceList> list(ibv_get_device_list(&count));
-  const int list_errno = list ? 0 : errno;
-  std::span<ibv_device* const> all;
-  if (list) all = {list.get(), static_cast<std::size_t>(count)};
-  try {
-    // select_device words the two refusals: no device at all (naming rdma_rxe and Soft-RoCE),
-    // or none called --device (naming those present).
-    if (all.empty() || !r.filter.empty()) (void)verbs::select_device(all, r.filter, list_errno);
-  } catch (const SetupError& e) {
-    r.device_error = e.what();
-  }
-  for (ibv_device* dev : all) {
-    if (!r.filter.empty() && r.filter != ibv_get_device_name(dev)) continue;
-    r.devices.push_back(gather_device(dev));
-  }
-
-  r.process = gather_process();
-  r.memlock = gather_memlock();
-  r.iommu = gather_iommu();
-  r.nvidia_smi = run_nvidia_smi();
-  gather_netdevs(r);
-  judge(r);
-
-  std::cout << (json ? render_json(r) + "\n" : render_text(r));
-  std::cout.flush();
-  if (r.usable_count() > 0) return 0;
-  std::string why = r.device_error;
-  if (why.empty()) {
-    why = "no usable RDMA device:";
-    for (const DeviceFacts& d : r.devices) {
-      why += " " + d.name + " (" + (!d.error.empty() ? d.error : !d.any_port_active() ? "no ACTIVE port" : d.objects_error) + ")";
-    }
-    why += "; for a software device load rdma_rxe and add a Soft-RoCE link (rdma link add rxe0 type rxe netdev <ifname>)";
-  }
-  std::cerr << "rdmaring-doctor: " << why << "\n";
-  return 1;
+Facts gather_facts(const std::string& device_filter) {
+  Facts f;
+  f.filter = device_filter;
+  gather_devices(f);
+  f.process = gather_process();
+  f.memlock = verbs::read_memlock_state();
+  f.iommu = gather_iommu();
+  f.nvidia_smi = run_nvidia_smi();
+  gather_netdevs(f);
+  return f;
 }
+
+}  // namespace rdmaring::doctor
