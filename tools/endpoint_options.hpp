@@ -5,7 +5,9 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "command.hpp"
@@ -20,6 +22,13 @@ struct Endpoint {
   bool json = false;   // the closing report as one JSON object, on stderr (stdout may carry records)
   bool quiet = false;  // no progress lines, no closing report
 };
+
+// The closing report, on stderr (stdout may carry records): `fields` as one JSON object with
+// --json, else `text`; nothing with -q.
+inline void report(const Endpoint& e, const nlohmann::json& fields, const std::string& text) {
+  if (e.json) std::cerr << fields.dump() << std::endl;
+  else if (!e.quiet) std::cerr << text << std::endl;
+}
 
 // `address_help` says what the address is to this side (the owner's own, or the owner's).
 inline void add_endpoint_options(CLI::App& app, Endpoint& e, const std::string& address_help) {

@@ -146,19 +146,17 @@ int run_listen(const ListenOptions& o) {
   }
 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (o.endpoint.json) {
-    std::cerr << nlohmann::json{{"command", "listen"},
-                                {"records", tally.records},
-                                {"bytes", tally.bytes},
-                                {"sessions_closed", tally.sessions_closed.load()},
-                                {"seconds", seconds},
-                                {"stopped_by_signal", stopped}}
-                     .dump()
-              << std::endl;
-  } else if (!o.endpoint.quiet) {
-    std::cerr << "rdmaring listen: " << tally.records << " records, " << tally.bytes << " bytes from "
-              << tally.sessions_closed.load() << " producers in " << seconds << " s" << std::endl;
-  }
+  const std::uint64_t producers = tally.sessions_closed.load();
+  report(o.endpoint,
+         {{"command", "listen"},
+          {"records", tally.records},
+          {"bytes", tally.bytes},
+          {"sessions_closed", producers},
+          {"seconds", seconds},
+          {"stopped_by_signal", stopped}},
+         "rdmaring listen: " + std::to_string(tally.records) + " records, " + std::to_string(tally.bytes) +
+             " bytes from " + std::to_string(producers) + (producers == 1 ? " producer" : " producers") + " in " +
+             std::to_string(seconds) + " s");
   return 0;
 }
 

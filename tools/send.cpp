@@ -73,13 +73,9 @@ int run_send(const SendOptions& o) {
     return fail("detaching (the owner did not release every record)", detached.error());
 
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (o.endpoint.json) {
-    std::cerr << nlohmann::json{{"command", "send"}, {"records", sent_records}, {"bytes", bytes}, {"seconds", seconds}}.dump()
-              << std::endl;
-  } else if (!o.endpoint.quiet) {
-    std::cerr << "rdmaring send: " << sent_records << " records, " << bytes << " bytes delivered in " << seconds
-              << " s" << std::endl;
-  }
+  report(o.endpoint, {{"command", "send"}, {"records", sent_records}, {"bytes", bytes}, {"seconds", seconds}},
+         "rdmaring send: " + std::to_string(sent_records) + " records, " + std::to_string(bytes) + " bytes delivered in " +
+             std::to_string(seconds) + " s");
   return 0;
 }
 
