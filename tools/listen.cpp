@@ -1,10 +1,9 @@
 // `rdmaring listen`: a ring owner that writes every record it receives to stdout (or a file),
 // framed as lines or length-prefixed, as netcat -l does with bytes. It sleeps when idle: one epoll
-// over the owner's fd() (protocol-spec/wakeup.md), a signalfd for SIGINT/SIGTERM and an eventfd
-// that on_session_closed rings, so the last detach ends it without a timer.
+// over the owner's fd() (protocol-spec/wakeup.md) and a signalfd for SIGINT/SIGTERM; a session's
+// end makes fd() readable too, so the last detach ends it without a timer.
 #include <signal.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -60,9 +59,6 @@ int run_listen(const ListenOptions& o) {
   signal(SIGPIPE, SIG_IGN);
   const UniqueFd signals(signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK));
   if (!signals) system_failure("signalfd");
-  // Outlives the owner: its destructor closes sessions (owner_stopped) and so rings it.
-  const UniqueFd closed(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!closed) system_failure("eventfd");
 
   Tally tally;
   RingOwnerOptions options{.address = o.endpoint.address,
@@ -71,9 +67,8 @@ int run_listen(const ListenOptions& o) {
                            .max_record = o.max_record,
                            .mode = o.mode};
   options.core.payload_check = o.payload_check;
-  options.on_session_closed = [&tally, fd = closed.get()](SessionId, CloseReason, const std::string&) {
+  options.on_session_closed = [&tally](SessionId, CloseReason, const std::string&) {
     tally.sessions_closed.fetch_add(1, std::memory_order_relaxed);
-    eventfd_write(fd, 1);
   };
   const auto owner = RingOwner::start(options);
   // Opened once the owner runs: a refused start leaves no empty file behind.
@@ -92,7 +87,7 @@ int run_listen(const ListenOptions& o) {
 
   const UniqueFd ep(epoll_create1(EPOLL_CLOEXEC));
   if (!ep) system_failure("epoll_create1");
-  for (const int fd : {owner->fd(), signals.get(), closed.get()}) {
+  for (const int fd : {owner->fd(), signals.get()}) {
     epoll_event ev{.events = EPOLLIN, .data = {.fd = fd}};
     if (epoll_ctl(ep.get(), EPOLL_CTL_ADD, fd, &ev) != 0) system_failure("epoll_ctl");
   }
@@ -135,14 +130,11 @@ int run_listen(const ListenOptions& o) {
     const auto armed = owner->arm();
     if (!armed) throw SetupError(armed.error());
     if (!armed.value()) continue;
-    epoll_event events[3];
-    const int n = epoll_wait(ep.get(), events, 3, -1);
+    epoll_event events[2];
+    const int n = epoll_wait(ep.get(), events, 2, -1);
     if (n < 0 && errno != EINTR) system_failure("epoll_wait");
-    for (int i = 0; i < n; ++i) {
-      eventfd_t ignored;
-      if (events[i].data.fd == closed.get()) eventfd_read(closed.get(), &ignored);
+    for (int i = 0; i < n; ++i)
       if (events[i].data.fd == signals.get()) stopped = true;  // one more poll, then out
-    }
   }
 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -13,7 +13,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -139,20 +138,11 @@ int serve(const Options& o) {
     throw std::system_error(e, std::system_category(), "pthread_sigmask");
   const Fd signals(check(signalfd(-1, &stop_signals, SFD_NONBLOCK | SFD_CLOEXEC), "signalfd"));
   const Fd listener = listen_on_loopback(o.status_port);
-  // A session that ends makes no owner event; with --records the loop must notice the last one.
-  // Declared before the owner, which may still call on_session_closed while it is destroyed.
-  const Fd session_closed(check(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), "eventfd"));
-
-  rdmaring::RingOwnerOptions options{.address = o.address, .control_port = o.control_port};
-  options.on_session_closed = [fd = session_closed.get()](rdmaring::SessionId, rdmaring::CloseReason,
-                                                          const std::string&) {
-    // On the owner's control thread: only wake the loop; it asks session_count() itself.
-    if (eventfd_write(fd, 1) != 0) std::cerr << "event-loop: eventfd_write: " << std::strerror(errno) << '\n';
-  };
-  const auto owner = rdmaring::RingOwner::start(options);
+  // A session that ends makes owner->fd() readable too: with --records the loop notices the last.
+  const auto owner = rdmaring::RingOwner::start({.address = o.address, .control_port = o.control_port});
 
   const Fd epoll(check(epoll_create1(EPOLL_CLOEXEC), "epoll_create1"));
-  for (const int fd : {owner->fd(), signals.get(), listener.get(), session_closed.get()}) {
+  for (const int fd : {owner->fd(), signals.get(), listener.get()}) {
     epoll_event ev{.events = EPOLLIN, .data = {.fd = fd}};
     check(epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev), "epoll_ctl");
   }
@@ -185,11 +175,9 @@ int serve(const Options& o) {
         signalfd_siginfo info{};
         check(static_cast<int>(read(signals.get(), &info, sizeof info)), "read(signalfd)");
         stop_signalled = true;
-      } else if (fd == session_closed.get()) {
-        eventfd_t closed = 0;
-        check(eventfd_read(session_closed.get(), &closed), "eventfd_read");
       }
-      // owner->fd() readable needs nothing here: the loop's next poll takes the work.
+      // owner->fd() readable needs nothing here: the loop's next poll takes the work, or sees
+      // session_count() fall.
     }
   }
   std::cout << "event-loop: " << delivered << " records delivered, "

@@ -49,9 +49,8 @@ int run_owner(const std::string& address, std::uint16_t control_port) {
     }, 256);
     if (!polled) return fail("poll", polled.error());
     if (polled.value() > 0) continue;
-    // Nothing came: sleep until a record does (no CPU spent), but no longer than 100 ms, since
-    // a session that ends wakes no wait() and the loop must see session_count() fall.
-    if (auto woke = owner->wait(100ms); !woke) return fail("wait", woke.error());
+    // Nothing came: sleep until a record does, or the session ends (no CPU spent meanwhile).
+    if (auto woke = owner->wait(-1ms); !woke) return fail("wait", woke.error());
   }
   return 0;
 }

@@ -7,8 +7,10 @@
 
 #include <dirent.h>
 
+#include <atomic>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "owner_harness.hpp"
 #include "rdmaring/threaded_producer.hpp"
@@ -117,4 +119,31 @@ TEST_CASE("a producer short of credit sleeps in wait() until the owner's answer 
   CHECK(ps.sleeps > 0);
   CHECK(ps.credit_notifications > 0);
   CHECK(audit.error().empty());
+}
+
+TEST_CASE("a session that ends wakes an owner asleep in wait()", "[softroce][wakeup]") {
+  std::atomic<int> closed{0};
+  auto o = owner_options(wire::PublishMode::imm);
+  o.on_session_closed = [&](SessionId, CloseReason, const std::string&) { closed.fetch_add(1); };
+  const auto owner = RingOwner::start(o);
+  Producer p = Producer::attach(producer_options(*owner));
+  REQUIRE(p.send(record_bytes(0)));
+  REQUIRE(p.flush());
+  // The producer detaches while the owner's thread sleeps: its drain needs the owner to poll,
+  // which the record's immediate and the credit request wake it for; after that only the
+  // session's end is left to wake it, so a wait that runs out its 120 s is the bug.
+  std::thread producer([&] { CHECK(p.detach(60s)); });
+  std::uint64_t delivered = 0, timeouts = 0;
+  while (owner->session_count() > 0 && timeouts == 0) {
+    auto n = owner->poll([&](const Delivery&) { ++delivered; }, 16);
+    REQUIRE(n);
+    if (n.value() > 0) continue;
+    auto woke = owner->wait(120s);
+    REQUIRE(woke);
+    if (!woke.value()) ++timeouts;
+  }
+  producer.join();
+  CHECK(timeouts == 0);
+  CHECK(delivered == 1);
+  CHECK(closed.load() == 1);
 }

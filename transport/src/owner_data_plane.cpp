@@ -166,8 +166,12 @@ void OwnerDataPlane::apply_actions(Closed& closed) {
 }
 
 void OwnerDataPlane::notify(const Closed& closed) const {
-  if (!options_.on_session_closed) return;
-  for (const ClosedSession& c : closed) options_.on_session_closed(c.session, c.reason, c.message);
+  if (closed.empty()) return;
+  if (options_.on_session_closed)
+    for (const ClosedSession& c : closed) options_.on_session_closed(c.session, c.reason, c.message);
+  // An application asleep in wait() (or on fd()) until its producers are gone learns it now,
+  // after on_session_closed has told it which (wakeup.md O4).
+  waiter_->wake();
 }
 
 RegistrationFootprint OwnerDataPlane::registered() const {
