@@ -162,7 +162,7 @@ class Stream {
     staging_.assign(geometry.bytes, std::byte{0});
     ring_.assign(geometry.bytes, std::byte{0});
     const auto now = Clock::now();
-    auto attached = owner.core().attach(ring_, now);
+    auto attached = owner.core().attach("bench", ring_, now);  // one identity; no allow rules
     if (!attached) throw broken("attach: " + attached.error().message());
     const SessionEntry& entry = attached.value();
     id_ = entry.id;

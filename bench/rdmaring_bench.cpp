@@ -9,10 +9,18 @@
 //                           allocation, registration (ibv_reg_mr per MB) and re-registration (what
 //                           a resume pays to revoke an rkey), measured apart, on one device
 //   rdmaring-bench attach   --address A [--counts 1,16,64] [--ring BYTES] [--mode imm|tail]
-//                           one owner, N producers of this process attached one after another:
-//                           attach time and what each session registers and pins, per N
+//                           [--compare-plaintext]
+//                           one owner, N producers of this process attached one after another,
+//                           then resumed and rejoined: attach, resume and rejoin time and what
+//                           each session registers and pins, per N; --compare-plaintext: over
+//                           mutual TLS and over plain TCP, side by side
 //   rdmaring-bench cores    [options]  no device: the library's CPU cost per record, its cores
 //                           joined through memory, beside an spsc_queue and a memcpy (cores.cpp)
+//
+// Every role that starts an owner or a producer takes the control channel's options
+// (tools/security_options.hpp): --ca, --cert, --key (or RDMARING_CA, RDMARING_CERT,
+// RDMARING_KEY) and --server-name for mutual TLS, both sides of a pair or an attach run
+// presenting the one certificate; or --insecure-plaintext. Neither: exit status 2.
 //
 // Record k's length and bytes are a function of (seed, k), so the consumer checks every byte
 // without a side channel.
@@ -50,9 +58,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -62,6 +72,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_command.hpp"
+#include "tools/security_options.hpp"
 #include "tools/wire_names.hpp"
 #include "bench_records.hpp"
 #include "cores.hpp"
@@ -110,6 +121,11 @@ struct Options {
   std::string idle = "spin";
   std::uint64_t gap_ms = 0;  // latency: a lull before each record (the first record after it wakes the owner)
   double idle_s = 0;         // after the records, both sides idle this long: CPU per process over it
+  // The control channel: mutual TLS from --ca/--cert/--key, both sides presenting the one
+  // certificate (it must allow serverAuth and clientAuth: the test PKI's owner.pem does), or
+  // --insecure-plaintext (tools/security_options.hpp).
+  tools::SecurityFlags security;
+  bool compare_plaintext = false;  // attach: every figure with TLS and again over plain TCP
 };
 
 // The options of the roles that move records (pair, consumer, producer, attach).
@@ -151,6 +167,7 @@ void add_run_options(CLI::App& app, Options& o) {
   app.add_option("--idle", o.idle, "spin, or sleep when idle")->check(CLI::IsMember({"spin", "sleep"}))->capture_default_str();
   app.add_option("--gap-ms", o.gap_ms, "latency: a lull before each record, ms")->transform(tools::whole_number());
   app.add_option("--idle-s", o.idle_s, "after the records both sides idle this long: CPU over it")->check(CLI::NonNegativeNumber);
+  tools::add_security_options(app, o.security, tools::SecuritySide::both);
 }
 
 // Called once the role's options are parsed: what depends on several of them.
@@ -234,7 +251,8 @@ void write_json(const Options& o, const std::map<std::string, std::string>* cons
                    {"seed", o.seed},
                    {"relaxed", o.relaxed},
                    {"payload_check", o.payload_check == wire::PayloadCheck::none ? "none" : "crc32c"},
-                   {"fill", !o.no_fill}};
+                   {"fill", !o.no_fill},
+                   {"control_channel", o.security.insecure_plaintext ? "plain TCP" : "mutual TLS"}};
   if (o.latency) j["warmup"] = o.warmup;
   if (consumer) j["consumer"] = json_object(*consumer);
   if (producer) j["producer"] = json_object(*producer);
@@ -334,6 +352,7 @@ int run_phases(const Options& o) {
 
 RingOwnerOptions owner_options(const Options& o) {
   RingOwnerOptions co;
+  co.security = tools::owner_security(o.security);
   co.address = o.address;
   co.control_port = o.port;
   co.ring_bytes = o.ring;
@@ -344,45 +363,158 @@ RingOwnerOptions owner_options(const Options& o) {
   return co;
 }
 
+// What attaching and resuming cost at one session count, over one kind of control channel.
+struct AttachRun {
+  std::uint32_t sessions = 0;
+  std::vector<double> attach_ms;  // Producer::attach: control round trip, ring and staging registration, QP connect
+  std::vector<double> resume_ms;  // Producer::recover on a live session: a resume over the same control channel,
+                                  // the ring zeroed and registered again, a new QP
+  std::vector<double> rejoin_ms;  // Producer::rejoin after the producer is gone, as a restarted process: a new
+                                  // control connection (its TLS handshake), the resume, staging, a new QP
+  RegistrationFootprint owner_mrs, producer_mrs;
+  std::uint64_t vm_pin_per_session = 0;
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+double largest(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// Attaches `n` producers to `owner` one after another, resumes each, rejoins each as a restarted
+// producer would, then detaches them all and waits until the owner has let every session go.
+AttachRun attach_sessions(const Options& o, RingOwner& owner, const ProducerOptions& po, std::uint32_t n) {
+  AttachRun run{.sessions = n};
+  const auto timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(Seconds(o.timeout_s));
+  const std::uint64_t pinned_before = verbs::read_memlock_state().pinned;
+  std::vector<std::optional<Producer>> producers(n);
+  for (auto& p : producers) {
+    const auto t0 = Clock::now();
+    p.emplace(Producer::attach(po));
+    run.attach_ms.push_back(ms_since(t0));
+  }
+  run.vm_pin_per_session = (verbs::read_memlock_state().pinned - pinned_before) / n;
+  run.owner_mrs = owner.stats().registered;
+  run.producer_mrs = producers.front()->stats().registered;
+  for (auto& p : producers) {
+    const auto t0 = Clock::now();
+    must(p->recover(), "resume");
+    run.resume_ms.push_back(ms_since(t0));
+  }
+  for (auto& p : producers) {
+    const SessionCredentials credentials = p->credentials();
+    p.reset();  // as a killed process: no detach, its QP and control connection gone
+    const auto t0 = Clock::now();
+    p.emplace(Producer::rejoin(po, credentials));
+    run.rejoin_ms.push_back(ms_since(t0));
+  }
+  for (auto& p : producers) must(p->detach(timeout), "detach");
+  producers.clear();
+  const auto deadline = Clock::now() + Seconds(o.timeout_s);
+  while (owner.session_count() > 0) {
+    if (Clock::now() > deadline) {
+      std::cerr << "attach: " << owner.session_count() << " sessions still open after the detaches\n";
+      std::exit(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return run;
+}
+
+std::string attach_line(const AttachRun& r, const char* channel) {
+  std::ostringstream out;
+  out << "attach channel=" << channel << " sessions=" << r.sessions << " attach_ms_p50=" << median(r.attach_ms)
+      << " attach_ms_max=" << largest(r.attach_ms) << " resume_ms_p50=" << median(r.resume_ms)
+      << " resume_ms_max=" << largest(r.resume_ms) << " rejoin_ms_p50=" << median(r.rejoin_ms)
+      << " rejoin_ms_max=" << largest(r.rejoin_ms) << " owner_mr_bytes_per_session=" << r.owner_mrs.bytes / r.sessions
+      << " owner_mrs=" << r.owner_mrs.regions << " producer_mr_bytes=" << r.producer_mrs.bytes
+      << " producer_mrs=" << r.producer_mrs.regions << " vm_pin_per_session=" << r.vm_pin_per_session;
+  return out.str();
+}
+
 // Attach cost as sessions grow: one owner and N producers of this process, attached one after
 // another (each: control round trip, the owner's ring allocated and registered, the producer's
-// staging registered, the QP connected). Per N: attach time, median and slowest; the MR bytes
-// each side holds per session; VmPin's growth per session (both sides: one process).
+// staging registered, the QP connected), then each resumed (recover) and rejoined (a new control
+// connection, as a restarted producer's). Per N: attach, resume and rejoin time, median and
+// slowest; the MR bytes each side holds per session; VmPin's growth per session (both sides: one
+// process).
+// --compare-plaintext: a second owner over plain TCP beside the TLS one, each warmed up by one
+// attach (the device opened, the first ring made), then per N the TLS run and the plain run in
+// turn; a last table puts their medians side by side.
 int run_attach(const Options& o) {
   const std::vector<std::uint32_t>& counts = o.counts;
-  RingOwnerOptions co = owner_options(o);
-  co.max_sessions = *std::max_element(counts.begin(), counts.end());
-  const auto owner = RingOwner::start(co);
-  ProducerOptions po;
-  po.address = o.address;
-  po.control_port = owner->control_port();
+  struct Channel {
+    const char* name;
+    tools::SecurityFlags flags;
+    std::unique_ptr<RingOwner> owner;
+    ProducerOptions po;
+    std::vector<AttachRun> runs;
+  };
+  std::vector<Channel> channels;
+  channels.push_back({o.security.insecure_plaintext ? "plain" : "tls", o.security, nullptr, {}, {}});
+  if (o.compare_plaintext) channels.push_back({"plain", tools::SecurityFlags{.insecure_plaintext = true}, nullptr, {}, {}});
+  for (Channel& c : channels) {
+    Options oc = o;
+    oc.security = c.flags;
+    RingOwnerOptions co = owner_options(oc);
+    co.max_sessions = *std::max_element(counts.begin(), counts.end());
+    // The second owner takes a free port when --port names the first's.
+    if (&c != &channels.front()) co.control_port = 0;
+    c.owner = RingOwner::start(co);
+    c.po.address = o.address;
+    c.po.control_port = c.owner->control_port();
+    c.po.security = tools::producer_security(c.flags);
+    if (o.compare_plaintext) (void)attach_sessions(o, *c.owner, c.po, 1);  // warm-up, not reported
+  }
   for (const std::uint32_t n : counts) {
-    const std::uint64_t pinned_before = verbs::read_memlock_state().pinned;
-    std::vector<Producer> producers;
-    producers.reserve(n);
-    std::vector<double> ms;
-    for (std::uint32_t i = 0; i < n; ++i) {
-      const auto t0 = Clock::now();
-      producers.push_back(Producer::attach(po));
-      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    for (Channel& c : channels) {
+      c.runs.push_back(attach_sessions(o, *c.owner, c.po, n));
+      std::cout << attach_line(c.runs.back(), c.name) << std::endl;
     }
-    const std::uint64_t pinned = verbs::read_memlock_state().pinned - pinned_before;
-    const RegistrationFootprint owner_mrs = owner->stats().registered;
-    const RegistrationFootprint producer_mrs = producers.front().stats().registered;
-    std::sort(ms.begin(), ms.end());
-    std::cout << "attach sessions=" << n << " attach_ms_p50=" << ms[ms.size() / 2] << " attach_ms_max=" << ms.back()
-              << " owner_mr_bytes_per_session=" << owner_mrs.bytes / n << " owner_mrs=" << owner_mrs.regions
-              << " producer_mr_bytes=" << producer_mrs.bytes << " producer_mrs=" << producer_mrs.regions
-              << " vm_pin_per_session=" << pinned / n << std::endl;
-    producers.clear();  // each detaches
-    const auto deadline = Clock::now() + Seconds(o.timeout_s);
-    while (owner->session_count() > 0) {
-      if (Clock::now() > deadline) {
-        std::cerr << "attach: " << owner->session_count() << " sessions still open after the detaches\n";
-        return 1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  nlohmann::json runs = nlohmann::json::array();
+  for (const Channel& c : channels)
+    for (const AttachRun& r : c.runs)
+      runs.push_back({{"channel", c.name},
+                      {"sessions", r.sessions},
+                      {"attach_ms", r.attach_ms},
+                      {"resume_ms", r.resume_ms},
+                      {"rejoin_ms", r.rejoin_ms},
+                      {"owner_mr_bytes_per_session", r.owner_mrs.bytes / r.sessions},
+                      {"producer_mr_bytes", r.producer_mrs.bytes},
+                      {"vm_pin_per_session", r.vm_pin_per_session}});
+  if (o.compare_plaintext) {
+    const std::vector<AttachRun>&tls = channels[0].runs, &plain = channels[1].runs;
+    const auto cell = [](double t, double p) {
+      std::ostringstream out;
+      out << std::fixed << std::setprecision(1) << t << " / " << p << " (" << std::showpos << t - p << std::noshowpos
+          << ")";
+      return out.str();
+    };
+    std::cout << "attach and resume over mutual TLS against plain TCP, p50 ms: TLS / plain (TLS - plain)\n"
+              << "  sessions  attach                    resume (recover)          rejoin (new control connection)\n";
+    std::ostringstream lines;  // the same, as key=value lines after the table
+    for (std::size_t i = 0; i < tls.size(); ++i) {
+      std::cout << "  " << std::left << std::setw(8) << tls[i].sessions << "  " << std::setw(24)
+                << cell(median(tls[i].attach_ms), median(plain[i].attach_ms)) << "  " << std::setw(24)
+                << cell(median(tls[i].resume_ms), median(plain[i].resume_ms)) << "  "
+                << cell(median(tls[i].rejoin_ms), median(plain[i].rejoin_ms)) << std::right << "\n";
+      lines << "attach compare sessions=" << tls[i].sessions << " attach_ms_p50_tls=" << median(tls[i].attach_ms)
+            << " attach_ms_p50_plain=" << median(plain[i].attach_ms) << " resume_ms_p50_tls=" << median(tls[i].resume_ms)
+            << " resume_ms_p50_plain=" << median(plain[i].resume_ms) << " rejoin_ms_p50_tls=" << median(tls[i].rejoin_ms)
+            << " rejoin_ms_p50_plain=" << median(plain[i].rejoin_ms) << "\n";
     }
+    std::cout << lines.str() << std::flush;
+  }
+  if (!o.json.empty()) {
+    const char* device = std::getenv("RDMARING_DEVICE");
+    nlohmann::json j{{"tool", "rdmaring-bench"}, {"role", "attach"},      {"device", device ? device : ""},
+                     {"address", o.address},     {"mode", o.mode},        {"ring", o.ring},
+                     {"compare_plaintext", o.compare_plaintext},          {"runs", runs}};
+    write_text(o.json, j.dump(1) + "\n");
   }
   return 0;
 }
@@ -543,6 +675,7 @@ int run_producer(const Options& o) {
   ProducerOptions po;
   po.address = o.address;
   po.control_port = o.port;
+  po.security = tools::producer_security(o.security);
   // --idle spin: drain() and a starved send never sleep, as before wait() existed.
   if (o.idle == "spin") po.idle.spins = std::numeric_limits<std::uint32_t>::max();
   const auto attach_start = Clock::now();
@@ -652,8 +785,11 @@ void report(const Options& o, const std::string& c_out, const std::string& p_out
   std::cout << "  per record   " << f(p, "post_send_per_record") << " ibv_post_send, " << f(p, "wrs_per_record")
             << " WRs, " << f(p, "signaled_per_record") << " signaled completions, " << ratio("recv_completions", "records")
             << " receive WQEs consumed (" << ratio("recv_posts", "records") << " ibv_post_srq_recv); " << f(p, "wire_per_payload") << " ring bytes written per payload byte\n"
-            << "  set-up       attach " << f(p, "attach_ms")
-            << " ms (control round trip, ring and staging registration, QP connect); per-MB costs: rdmaring-bench phases\n";
+            << "  set-up       attach " << f(p, "attach_ms") << " ms over "
+            << (o.security.insecure_plaintext ? "plain TCP" : "mutual TLS")
+            << " (control connection" << (o.security.insecure_plaintext ? "" : " and TLS handshake")
+            << ", control round trip, ring and staging registration, QP connect); TLS against plain TCP: "
+               "rdmaring-bench attach --compare-plaintext; per-MB costs: rdmaring-bench phases\n";
   for (auto* side : {&c, &p})
     std::cout << "  memory       " << ((side == &c) ? "consumer" : "producer") << " on " << f(*side, "device") << ": "
               << f(*side, "mr_regions") << " MRs, " << f(*side, "mr_bytes") << " B registered; VmPin "
@@ -747,31 +883,43 @@ std::vector<Command> add_bench_roles(CLI::App& app, const std::vector<std::strin
   auto o = std::make_shared<Options>();
   std::vector<Command> roles;
   // Each role's run: SetupError (no device, a port in use, …) is its one line and exit 1.
-  const auto role = [&](const char* name, const char* what, auto run) {
+  // `endpoint`: it starts an owner or a producer, so its control channel options must say one
+  // way (exit status 2 before anything is opened: tools/security_options.hpp).
+  const auto role = [&](const char* name, const char* what, auto run, bool endpoint = false) {
     CLI::App* sub = app.add_subcommand(name, what);
-    roles.push_back({sub, [o, name, run] {
+    roles.push_back({sub, [o, name, run, endpoint] {
                        o->role = name;
+                       if (endpoint) tools::require_security(o->security);
                        finish(*o);
                        return run(*o);
                      }});
     return sub;
   };
   add_run_options(*role("pair", "both roles, as two processes; prints the report",
-                        [self](const Options& opt) { return run_pair(opt, self); }),
+                        [self](const Options& opt) { return run_pair(opt, self); }, true),
                   *o);
   add_run_options(*role("consumer", "listen, receive --records, print its line",
-                        [](const Options& opt) { return run_consumer(opt); }),
+                        [](const Options& opt) { return run_consumer(opt); }, true),
                   *o);
   add_run_options(*role("producer", "connect, send --records, print its line",
-                        [](const Options& opt) { return run_producer(opt); }),
+                        [](const Options& opt) { return run_producer(opt); }, true),
                   *o);
-  CLI::App* attach = role("attach", "one owner, N producers of this process: attach time and pinned bytes per N",
-                          [](const Options& opt) { return run_attach(opt); });
+  CLI::App* attach = role(
+      "attach", "one owner, N producers of this process: attach, resume and rejoin time and pinned bytes per N",
+      [](const Options& opt) {
+        if (opt.compare_plaintext && opt.security.insecure_plaintext)
+          throw CLI::ValidationError("--compare-plaintext compares mutual TLS (--ca, --cert, --key) with plain TCP: "
+                                     "not with --insecure-plaintext");
+        return run_attach(opt);
+      },
+      true);
   add_run_options(*attach, *o);
   attach->add_option("--counts", o->counts, "session counts, 1 to 4096")
       ->delimiter(',')
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  attach->add_flag("--compare-plaintext", o->compare_plaintext,
+                   "measure every count over mutual TLS and again over plain TCP (a second owner), and print both");
   CLI::App* phases = role("phases", "allocation, registration and re-registration per MB, on one device",
                           [](const Options& opt) { return run_phases(opt); });
   phases->add_option("--device", o->device, "the device (default: RDMARING_DEVICE, else the first)");

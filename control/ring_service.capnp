@@ -1,7 +1,8 @@
 @0xbea0fdd5429e716e;
 # The control channel between a producer and the ring owner: Cap'n Proto RPC, two-party over
 # TCP. protocol-spec/sessions.md gives the meaning of every field and the session state machine;
-# the data path never touches these messages.
+# the data path never touches these messages. By default the stream is mutual TLS
+# (sessions.md §2.1); plain TCP only when the application asks for it by name.
 
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("rdmaring::control::schema");
@@ -13,11 +14,28 @@ enum PublishMode {
 }
 
 # Who is asking: the session, the epoch the caller is in, and proof that it holds the session
-# secret (16 bytes, keyed BLAKE2b over purpose, session and epoch: sessions.md, "Proofs").
+# secret (16 bytes, keyed BLAKE2b over purpose, session, epoch, this connection's nonce and
+# counter: sessions.md §3). counter: per connection, from 1, larger than every counter the
+# owner accepted on this connection before.
 struct Credentials {
   session @0 :UInt64;
   epoch @1 :UInt64;
   proof @2 :Data;
+  counter @3 :UInt64;
+}
+
+# What hello answers: the nonce every proof on this connection covers, and who the owner
+# authenticated at the other end of the channel.
+struct Channel {
+  nonce @0 :Data;       # 16 bytes, fresh for this connection
+  identity @1 :Text;    # the producer's certificate's subject common name; "" on plain TCP
+}
+
+struct ChannelOrRefusal {
+  union {
+    channel @0 :Channel;
+    refused @1 :Refusal;
+  }
 }
 
 # A ring and the point to continue from, valid for one epoch. The producer connects its RC QP
@@ -61,6 +79,9 @@ struct Refusal {
     ringChanged @6;      # an owner restart changed the ring's geometry or mode
     memlockTooLow @7;    # the owner's RLIMIT_MEMLOCK does not cover the ring's registration
     odpUnsupported @8;   # the owner registers with on-demand paging its device does not have
+    unauthenticated @9;  # the channel established no identity or no nonce (hello first)
+    unauthorized @10;    # the identity matches no allow rule, or the session is another identity's
+    quotaExceeded @11;   # the identity's allow rule admits no more sessions or ring bytes
   }
 }
 
@@ -89,4 +110,7 @@ interface RingService {
 
   # Ends the session: its ring and registration are freed.
   detach @3 (who :Credentials) -> (refused :Refusal, ok :Bool);
+
+  # The connection's nonce, once per connection, before any resume, heartbeat or detach on it.
+  hello @4 (version :UInt32) -> (reply :ChannelOrRefusal);
 }

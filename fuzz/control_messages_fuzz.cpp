@@ -12,7 +12,8 @@
 //      frame after frame, read the same way.
 //   3. one frame over a word-aligned copy (capnp::FlatArrayMessageReader), its root read as each
 //      struct a peer can send (every params and results struct, Credentials, RingGrant, Refusal,
-//      GrantOrRefusal), each from a fresh reader so one view's traversal does not starve the next.
+//      GrantOrRefusal, Channel, ChannelOrRefusal), each from a fresh reader so one view's traversal
+//      does not starve the next.
 // Every view goes through the library's checked readers (control/src/messages.hpp) and touches
 // every field. kj::Exception is the expected outcome for malformed input and is caught per view;
 // anything else (a sanitizer report, a crash, an invariant below) is a finding:
@@ -22,7 +23,11 @@
 //     asked for) equal to the 32 bytes sent, every other field as sent; and it survives
 //     write() + read() unchanged;
 //   - a Credentials read succeeds if and only if the proof is 16 bytes, and names those bytes;
-//   - a refusal never reads as a grant, and reads as the same error as the Refusal on its own.
+//     written back with a binding, it carries the counter sent;
+//   - a hello reply read() accepts has a 16-byte nonce and names it and the identity sent, and
+//     survives write() + read() unchanged;
+//   - a refusal never reads as a grant or a channel, and reads as the same error as the Refusal
+//     on its own.
 #include <capnp/message.h>
 #include <capnp/rpc.capnp.h>
 #include <capnp/serialize-async.h>
@@ -89,13 +94,18 @@ void check_credentials(schema::Credentials::Reader in) {
     CHECK(got.error() == errc::invalid_argument);
     return;
   }
-  const Credentials& c = got.value();
+  Credentials c = got.value();
   CHECK(c.session == in.getSession() && c.epoch == in.getEpoch());
   CHECK(c.proof.size() == wire::kProofSize && std::memcmp(c.proof.data(), proof.begin(), proof.size()) == 0);
-  // And back: write() then read() names the same session, epoch and proof.
+  // No binding: the nonce is the reading connection's, never the sender's word.
+  CHECK(!c.binding);
+  // And back: write() then read() names the same session, epoch and proof; the counter travels
+  // with the binding.
+  c.binding = ChannelBinding{{}, in.getCounter()};
   capnp::MallocMessageBuilder b(kBuilderWords);
   auto root = b.initRoot<schema::Credentials>();
   control::write(root, c);
+  CHECK(root.getCounter() == in.getCounter());
   const auto again = control::read(root.asReader());
   CHECK(again && again.value().session == c.session && again.value().epoch == c.epoch &&
         std::equal(again.value().proof.begin(), again.value().proof.end(), c.proof.begin(), c.proof.end()));
@@ -104,7 +114,8 @@ void check_credentials(schema::Credentials::Reader in) {
 bool known_refusal_errc(const Error& e) {
   return e == errc::invalid_argument || e == errc::protocol_violation || e == errc::unknown_session ||
          e == errc::bad_proof || e == errc::stale_epoch || e == errc::no_capacity || e == errc::ring_changed ||
-         e == errc::memlock_too_low || e == errc::odp_unsupported;
+         e == errc::memlock_too_low || e == errc::odp_unsupported || e == errc::unauthenticated ||
+         e == errc::unauthorized || e == errc::quota_exceeded;
 }
 
 Error check_refusal(schema::Refusal::Reader in) {
@@ -183,6 +194,42 @@ void check_bare_grant(schema::RingGrant::Reader g) {
   check_reply(b.getRoot<schema::GrantOrRefusal>().asReader());
 }
 
+// hello's reply: a channel (its nonce exactly 16 bytes, as sent, and the identity sent) or the
+// refusal it carries.
+void check_channel(schema::ChannelOrRefusal::Reader in) {
+  const auto got = control::read(in);
+  if (in.isRefused()) {
+    CHECK(!got);
+    CHECK(got.error().code == check_refusal(in.getRefused()).code);
+    return;
+  }
+  if (!got) {
+    CHECK(got.error() == errc::protocol_violation);
+    return;
+  }
+  CHECK(in.isChannel());
+  const auto channel = in.getChannel();
+  const auto nonce = channel.getNonce();
+  touch(nonce);
+  touch(channel.getIdentity());
+  const control::Channel& c = got.value();
+  CHECK(nonce.size() == kNonceSize && std::memcmp(c.nonce.data(), nonce.begin(), nonce.size()) == 0);
+  CHECK(c.identity == channel.getIdentity().cStr());
+  // And back: write() then read() gives the same channel.
+  capnp::MallocMessageBuilder b(kBuilderWords);
+  auto root = b.initRoot<schema::ChannelOrRefusal>();
+  control::write(root.initChannel(), c);
+  const auto again = control::read(root.asReader());
+  CHECK(again && again.value().nonce == c.nonce && again.value().identity == c.identity);
+}
+
+// A Channel as the root: read() takes it inside a ChannelOrRefusal.
+void check_bare_channel(schema::Channel::Reader c) {
+  capnp::MallocMessageBuilder b(kBuilderWords);
+  b.initRoot<schema::ChannelOrRefusal>().setChannel(c);
+  check_channel(b.getRoot<schema::ChannelOrRefusal>().asReader());
+}
+
 // Each guarded on its own: an exception in one view leaves the others to run.
 template <class F>
 void guarded(F&& f) {
@@ -193,6 +240,7 @@ void guarded(F&& f) {
 }
 
 void attach_params(schema::RingService::AttachParams::Reader p) { sink = sink + p.getVersion(); }
+void hello_params(schema::RingService::HelloParams::Reader p) { sink = sink + p.getVersion(); }
 void resume_params(schema::RingService::ResumeParams::Reader p) {
   sink = sink + p.getRestarted() + p.getReleased() + p.getReleasedSequence() + p.hasWho();
   check_credentials(p.getWho());
@@ -228,6 +276,7 @@ void rpc_frame(capnp::MessageReader& reader) {
         case 1: resume_params(content.getAs<schema::RingService::ResumeParams>()); break;
         case 2: who_params(content.getAs<schema::RingService::HeartbeatParams>()); break;
         case 3: who_params(content.getAs<schema::RingService::DetachParams>()); break;
+        case 4: hello_params(content.getAs<schema::RingService::HelloParams>()); break;
         default: break;
       }
       break;
@@ -243,6 +292,7 @@ void rpc_frame(capnp::MessageReader& reader) {
       guarded([&] { check_reply(content.getAs<schema::RingService::ResumeResults>().getReply()); });
       guarded([&] { refusal_results(content.getAs<schema::RingService::HeartbeatResults>()); });
       guarded([&] { refusal_results(content.getAs<schema::RingService::DetachResults>()); });
+      guarded([&] { check_channel(content.getAs<schema::RingService::HelloResults>().getReply()); });
       break;
     }
     default:
@@ -311,14 +361,18 @@ void flat_views(kj::ArrayPtr<const capnp::word> words) {
   flat_view(words, [](capnp::MessageReader& r) { resume_params(r.getRoot<RS::ResumeParams>()); });
   flat_view(words, [](capnp::MessageReader& r) { who_params(r.getRoot<RS::HeartbeatParams>()); });
   flat_view(words, [](capnp::MessageReader& r) { who_params(r.getRoot<RS::DetachParams>()); });
+  flat_view(words, [](capnp::MessageReader& r) { hello_params(r.getRoot<RS::HelloParams>()); });
   flat_view(words, [](capnp::MessageReader& r) { check_reply(r.getRoot<RS::AttachResults>().getReply()); });
   flat_view(words, [](capnp::MessageReader& r) { check_reply(r.getRoot<RS::ResumeResults>().getReply()); });
   flat_view(words, [](capnp::MessageReader& r) { refusal_results(r.getRoot<RS::HeartbeatResults>()); });
   flat_view(words, [](capnp::MessageReader& r) { refusal_results(r.getRoot<RS::DetachResults>()); });
+  flat_view(words, [](capnp::MessageReader& r) { check_channel(r.getRoot<RS::HelloResults>().getReply()); });
   flat_view(words, [](capnp::MessageReader& r) { check_reply(r.getRoot<schema::GrantOrRefusal>()); });
   flat_view(words, [](capnp::MessageReader& r) { check_credentials(r.getRoot<schema::Credentials>()); });
   flat_view(words, [](capnp::MessageReader& r) { check_bare_grant(r.getRoot<schema::RingGrant>()); });
   flat_view(words, [](capnp::MessageReader& r) { check_refusal(r.getRoot<schema::Refusal>()); });
+  flat_view(words, [](capnp::MessageReader& r) { check_channel(r.getRoot<schema::ChannelOrRefusal>()); });
+  flat_view(words, [](capnp::MessageReader& r) { check_bare_channel(r.getRoot<schema::Channel>()); });
 }
 
 }  // namespace

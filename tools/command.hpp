@@ -61,7 +61,8 @@ struct Command {
 };
 
 // Parses the command line and runs the one command it names. Exit status: --help 0; a wrong
-// command line 2, one line on stderr; a command that throws 1, one line naming it; else the
+// command line 2, one line on stderr (also a CLI::ParseError the command throws before it opens
+// anything: options that are wrong together); a command that throws 1, one line naming it; else the
 // command's own.
 inline int run_command_line(CLI::App& app, const std::vector<Command>& commands, int argc, char** argv) {
   app.require_subcommand(1);
@@ -93,6 +94,11 @@ inline int run_command_line(CLI::App& app, const std::vector<Command>& commands,
     if (!c.app->parsed()) continue;
     try {
       return c.run();
+    } catch (const CLI::ParseError& e) {
+      // Options that are wrong together (command.hpp's callers check them before anything is
+      // opened): as a wrong command line.
+      std::cerr << path() << ": " << e.what() << " (see " << path() << " --help)" << std::endl;
+      return 2;
     } catch (const std::exception& e) {
       std::cerr << path() << ": " << e.what() << std::endl;
       return 1;

@@ -1,7 +1,9 @@
 // `rdmaring listen`: a ring owner that writes every record it receives to stdout (or a file),
 // framed as lines or length-prefixed, as netcat -l does with bytes. It sleeps when idle: one epoll
 // over the owner's fd() (protocol-spec/wakeup.md) and a signalfd for SIGINT/SIGTERM; a session's
-// end makes fd() readable too, so the last detach ends it without a timer.
+// end makes fd() readable too, so the last detach ends it without a timer. The control channel
+// is mutual TLS (--ca, --cert, --key; --allow says which producer identities may attach and how
+// much they may hold), or plain TCP with --insecure-plaintext (security_options.hpp).
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
@@ -21,6 +23,7 @@
 #include "endpoint_options.hpp"
 #include "rdmaring/idle_strategy.hpp"
 #include "rdmaring/ring_owner.hpp"
+#include "security_options.hpp"
 #include "unique_fd.hpp"
 #include "wire_names.hpp"
 
@@ -30,6 +33,8 @@ namespace {
 
 struct ListenOptions {
   Endpoint endpoint;
+  SecurityFlags security;
+  std::vector<std::string> allow;  // --allow PATTERN[:SESSIONS[:RING_BYTES]], in order
   std::string output;  // empty: stdout
   wire::PublishMode mode = wire::PublishMode::imm;
   std::uint64_t ring = 1 << 20;
@@ -48,6 +53,9 @@ struct Tally {
 [[noreturn]] void system_failure(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
 
 int run_listen(const ListenOptions& o) {
+  // Wrong together: refused (exit status 2) before anything is opened.
+  require_security(o.security);
+  const std::vector<IdentityRule> allow = allow_rules(o.allow);
   // Blocked before the owner's threads start, so that they inherit the mask and the signals
   // arrive at the signalfd only.
   sigset_t stop_signals;
@@ -67,6 +75,8 @@ int run_listen(const ListenOptions& o) {
                            .max_record = o.max_record,
                            .mode = o.mode};
   options.core.payload_check = o.payload_check;
+  options.security = owner_security(o.security);
+  options.allow = allow;
   options.on_session_closed = [&tally](SessionId, CloseReason, const std::string&) {
     tally.sessions_closed.fetch_add(1, std::memory_order_relaxed);
   };
@@ -82,6 +92,9 @@ int run_listen(const ListenOptions& o) {
 
   if (!o.endpoint.quiet)
     std::cerr << "rdmaring listen: owner on " << o.endpoint.address << " control port " << owner->control_port()
+              << ", " << security_words(o.security)
+              << (allow.empty() ? std::string{}
+                                : ", " + std::to_string(allow.size()) + (allow.size() == 1 ? " allow rule" : " allow rules"))
               << ", mode " << (o.mode == wire::PublishMode::imm ? "imm" : "tail") << ", " << o.ring
               << " B ring per producer" << std::endl;
 
@@ -139,16 +152,22 @@ int run_listen(const ListenOptions& o) {
 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::uint64_t producers = tally.sessions_closed.load();
+  // Producers turned away at the door: no certificate, or one the CA did not sign.
+  const std::uint64_t handshakes_failed = owner->stats().handshakes_failed;
   report(o.endpoint,
          {{"command", "listen"},
           {"records", tally.records},
           {"bytes", tally.bytes},
           {"sessions_closed", producers},
           {"seconds", seconds},
-          {"stopped_by_signal", stopped}},
+          {"stopped_by_signal", stopped},
+          {"insecure_plaintext", o.security.insecure_plaintext},
+          {"handshakes_failed", handshakes_failed}},
          "rdmaring listen: " + std::to_string(tally.records) + " records, " + std::to_string(tally.bytes) +
              " bytes from " + std::to_string(producers) + (producers == 1 ? " producer" : " producers") + " in " +
-             std::to_string(seconds) + " s");
+             std::to_string(seconds) + " s" +
+             (handshakes_failed == 0 ? std::string{}
+                                     : "; " + std::to_string(handshakes_failed) + " TLS handshake(s) refused"));
   return 0;
 }
 
@@ -159,6 +178,8 @@ Command add_listen_command(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "listen", "Own a ring and write every record it receives to stdout (or --output), as netcat -l does");
   add_endpoint_options(*app, o->endpoint, "the local address to listen on (an RDMA device's)");
+  add_security_options(*app, o->security, SecuritySide::owner);
+  add_allow_option(*app, o->allow);
   app->add_option("-o,--output", o->output, "write the records to this file instead of stdout");
   app->add_option("-m,--mode", o->mode, "how producers publish: imm (RDMA_WRITE_WITH_IMM) or tail (a tail record)")
       ->transform(one_of(kPublishModeNames))

@@ -1,6 +1,8 @@
 // `rdmaring send`: reads records from stdin (or --input), one per line or length-prefixed, and
 // sends them to a ring owner, as netcat does with bytes; it ends once the owner has released
-// every record (detach drains), so a zero exit status means every record was delivered.
+// every record (detach drains), so a zero exit status means every record was delivered. The
+// control channel is mutual TLS (--ca, --cert, --key, --server-name), or plain TCP with
+// --insecure-plaintext (security_options.hpp).
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +14,7 @@
 #include "commands.hpp"
 #include "endpoint_options.hpp"
 #include "rdmaring/producer.hpp"
+#include "security_options.hpp"
 
 namespace rdmaring::tools {
 
@@ -21,6 +24,7 @@ using Clock = std::chrono::steady_clock;
 
 struct SendOptions {
   Endpoint endpoint;
+  SecurityFlags security;
   std::string input;      // empty: stdin
   double timeout_s = 30;  // for credit, for the final drain and detach
 };
@@ -30,6 +34,8 @@ struct SendOptions {
 constexpr int kRecoveries = 3;
 
 int run_send(const SendOptions& o) {
+  // Wrong together: refused (exit status 2) before anything is opened.
+  require_security(o.security);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(nullptr, &std::fclose);
   std::FILE* in = stdin;
   if (!o.input.empty()) {
@@ -39,7 +45,8 @@ int run_send(const SendOptions& o) {
     in = file.get();
   }
   const auto timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(o.timeout_s));
-  Producer producer = Producer::attach({.address = o.endpoint.address, .control_port = o.endpoint.port});
+  Producer producer = Producer::attach(
+      {.address = o.endpoint.address, .control_port = o.endpoint.port, .security = producer_security(o.security)});
 
   RecordInput records(in, o.endpoint.framing);
   std::uint64_t bytes = 0;
@@ -86,6 +93,7 @@ Command add_send_command(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "send", "Send records read from stdin (or --input) to a ring owner, as netcat does; exits once all are delivered");
   add_endpoint_options(*app, o->endpoint, "the ring owner's address");
+  add_security_options(*app, o->security, SecuritySide::producer);
   app->add_option("-i,--input", o->input, "read the records from this file instead of stdin")->check(CLI::ExistingFile);
   app->add_option("-t,--timeout", o->timeout_s, "seconds to wait for the owner's credit, and for the final drain")
       ->check(CLI::PositiveNumber)

@@ -5,23 +5,40 @@
 #include <atomic>
 #include <mutex>
 
+#include "control_tls.hpp"
 #include "event_loop_thread.hpp"
 
 namespace rdmaring::control {
+
+namespace {
+
+// heartbeat and detach answer alike: ok, or a refusal.
+template <class Results>
+Result<void> answered(const Results& r) {
+  if (r.getOk()) return success();
+  return read(r.getRefused());
+}
+
+}  // namespace
 
 struct ControlClient::Loop {
   std::string host;
   std::uint16_t port;
   std::chrono::milliseconds timeout;
+  ControlSecurity security;
 
   // Owned by the control thread: made, used and destroyed there.
   kj::AsyncIoContext* io = nullptr;
-  // The owner's replies are read with the same limits the owner applies to requests.
-  struct Connection {
+  std::optional<ControlTls> tls;  // none: insecure_plaintext
+  // Refcounted: a call that got it keeps it while a failing call on another promise drops it.
+  struct Connection : kj::Refcounted {
     kj::Own<kj::AsyncIoStream> stream;
+    // The owner's replies are read with the same limits the owner applies to requests.
     capnp::TwoPartyVatNetwork network;
     capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
     schema::RingService::Client service;
+    Channel channel;            // hello's answer
+    std::uint64_t counter = 0;  // the last one used on this connection
     explicit Connection(kj::Own<kj::AsyncIoStream> s)
         : stream(kj::mv(s)),
           network(*stream, capnp::rpc::twoparty::Side::CLIENT, capnp::ReaderOptions{kTraversalLimitWords, kNestingLimit}),
@@ -34,7 +51,17 @@ struct ControlClient::Loop {
       owner.setSide(capnp::rpc::twoparty::Side::SERVER);
       return rpc.bootstrap(owner).castAs<schema::RingService>();
     }
+    // `who`'s credentials for one call on this connection: the next counter, and the proof over
+    // it and the connection's nonce. `proof` must outlive the request's building.
+    Credentials sign(const SessionCredentials& who, ProofPurpose purpose, Proof& proof) {
+      const ChannelBinding binding{channel.nonce, ++counter};
+      proof = make_control_proof(who.secret, purpose, who.session, who.epoch, binding);
+      Credentials c{who.session, who.epoch, proof};
+      c.binding = binding;
+      return c;
+    }
   };
+  using Connected = Result<kj::Own<Connection>>;
   kj::Maybe<kj::Own<Connection>> connection;
   kj::Maybe<kj::Promise<void>> heartbeats;
   int failed_beats = 0;  // control thread only
@@ -58,52 +85,99 @@ struct ControlClient::Loop {
 
   kj::Duration kj_timeout() const { return static_cast<std::int64_t>(timeout.count()) * kj::MILLISECONDS; }
 
-  // The service, connecting first when there is no live connection.
-  kj::Promise<schema::RingService::Client> service() {
-    KJ_IF_MAYBE(c, connection) { return (*c)->service; }
-    auto connect = io->provider->getNetwork().parseAddress(host, port).then(
-        [](kj::Own<kj::NetworkAddress> a) { return a->connect(); });
-    return io->provider->getTimer()
-        .timeoutAfter(kj_timeout(), kj::mv(connect))
-        .then([this](kj::Own<kj::AsyncIoStream> stream) -> schema::RingService::Client {
-          auto c = kj::heap<Connection>(kj::mv(stream));
-          auto client = c->service;
-          connection = kj::mv(c);
-          return client;
-        });
+  kj::Promise<kj::Own<kj::AsyncIoStream>> secured(kj::Own<kj::AsyncIoStream> stream) {
+    if (!tls) return kj::mv(stream);
+    const std::string name = security.server_name.empty() ? host : security.server_name;
+    return tls->connect(kj::mv(stream), name).catch_([name](kj::Exception&& e) -> kj::Own<kj::AsyncIoStream> {
+      kj::throwFatalException(kj::Exception(e.getType(), __FILE__, __LINE__,
+                                            kj::str("TLS handshake (the owner's certificate must be the CA's and name ",
+                                                    name.c_str(), "): ", e.getDescription())));
+    });
   }
 
-  // Bounds a call by the timeout; a failed call drops the connection so the next one reconnects.
-  template <class T>
-  kj::Promise<T> bounded(kj::Promise<T> call) {
-    return io->provider->getTimer().timeoutAfter(kj_timeout(), kj::mv(call)).catch_([this](kj::Exception&& e) -> kj::Promise<T> {
+  // The live connection, made (connect, TLS, hello) when there is none. A refused hello is the
+  // Result's error; a failure to connect is an exception.
+  kj::Promise<Connected> connected() {
+    KJ_IF_MAYBE(c, connection) { return Connected(kj::addRef(**c)); }
+    auto connect = io->provider->getNetwork()
+                       .parseAddress(host, port)
+                       .then([](kj::Own<kj::NetworkAddress> a) { return a->connect(); })
+                       .then([this](kj::Own<kj::AsyncIoStream> s) { return secured(kj::mv(s)); })
+                       .then([](kj::Own<kj::AsyncIoStream> s) {
+                         auto c = kj::refcounted<Connection>(kj::mv(s));
+                         auto request = c->service.helloRequest();
+                         request.setVersion(wire::kVersion);
+                         return request.send().then(
+                             [c = kj::mv(c)](capnp::Response<schema::RingService::HelloResults>&& r) mutable
+                             -> Connected {
+                               BOOST_OUTCOME_TRY(channel, read(r.getReply()));
+                               c->channel = std::move(channel);
+                               return Connected(kj::mv(c));
+                             });
+                       });
+    return io->provider->getTimer().timeoutAfter(kj_timeout(), kj::mv(connect)).then([this](Connected&& c) {
+      if (c) connection = kj::addRef(*c.value());
+      return kj::mv(c);
+    });
+  }
+
+  // `call(Connection&)` on the live connection, bounded by the timeout; a failed call drops the
+  // connection so the next one reconnects.
+  template <class T, class Call>
+  kj::Promise<Result<T>> on_connection(Call call) {
+    auto done = connected().then([call](Connected&& c) mutable -> kj::Promise<Result<T>> {
+      if (!c) return Result<T>(c.error());
+      Connection& conn = *c.value();
+      return call(conn).attach(kj::mv(c.value()));
+    });
+    return io->provider->getTimer().timeoutAfter(kj_timeout(), kj::mv(done)).catch_([this](kj::Exception&& e) -> kj::Promise<Result<T>> {
       connection = nullptr;
       return kj::mv(e);
     });
   }
+  // A call whose only parameter is `who` and whose answer is ok-or-refusal; `make` picks the
+  // method.
+  template <class MakeRequest>
+  kj::Promise<Result<void>> who_call(const SessionCredentials& who, ProofPurpose purpose, MakeRequest make) {
+    return on_connection<void>([who, purpose, make](Connection& c) {
+      auto request = make(c.service);
+      Proof proof;
+      write(request.initWho(), c.sign(who, purpose, proof));
+      return request.send().then([](auto&& r) { return answered(r); });
+    });
+  }
 };
 
-ControlClient::ControlClient(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout)
+ControlClient::ControlClient(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout,
+                             const ControlSecurity& security)
     : loop_(std::make_unique<Loop>()) {
+  if (auto ok = security.validate(false); !ok) throw SetupError(ok.error());
   Loop& l = *loop_;
   l.host = host;
   l.port = port;
   l.timeout = timeout;
+  l.security = security;
+  std::optional<Error> refused;
   try {
     l.thread.emplace(
-        [&l](kj::AsyncIoContext& io) {
+        [&l, &refused](kj::AsyncIoContext& io) {
           l.io = &io;
-          l.service().wait(io.waitScope);
+          if (!l.security.insecure_plaintext) l.tls.emplace(l.security, false, io.provider->getTimer(), l.timeout);
+          auto c = l.connected().wait(io.waitScope);
+          if (!c) refused = c.error();
         },
         [&l] {
           l.heartbeats = nullptr;
           l.connection = nullptr;
+          l.tls.reset();
         },
         kThreadName);
   } catch (const SetupError& e) {
+    if (e.error() == errc::bad_config) throw;
     throw SetupError(make_error(errc::control_failure, "control channel to " + host + ":" + std::to_string(port) +
                                                            ": " + e.error().context));
   }
+  if (refused) throw SetupError(*refused);
 }
 
 ControlClient::~ControlClient() = default;
@@ -111,91 +185,63 @@ ControlClient::~ControlClient() = default;
 Result<RingGrant> ControlClient::attach() {
   Loop& l = *loop_;
   return l.thread->call("attach", [&l] {
-    return l.bounded(l.service().then([](schema::RingService::Client s) {
-      auto request = s.attachRequest();
+    return l.on_connection<RingGrant>([](Loop::Connection& c) {
+      auto request = c.service.attachRequest();
       request.setVersion(wire::kVersion);
       return request.send().then([](capnp::Response<schema::RingService::AttachResults>&& r) {
         return read(r.getReply(), true);
       });
-    }));
+    });
   });
 }
 
-Result<RingGrant> ControlClient::resume(const Credentials& who, bool restarted, std::uint64_t released,
+Result<RingGrant> ControlClient::resume(const SessionCredentials& who, bool restarted, std::uint64_t released,
                                         std::uint64_t released_sequence) {
   Loop& l = *loop_;
   return l.thread->call("resume", [&] {
-    return l.bounded(l.service().then([&](schema::RingService::Client s) {
-      auto request = s.resumeRequest();
-      write(request.initWho(), who);
+    return l.on_connection<RingGrant>([&](Loop::Connection& c) {
+      auto request = c.service.resumeRequest();
+      Proof proof;
+      write(request.initWho(), c.sign(who, ProofPurpose::resume, proof));
       request.setRestarted(restarted);
       request.setReleased(released);
       request.setReleasedSequence(released_sequence);
       return request.send().then([](capnp::Response<schema::RingService::ResumeResults>&& r) {
         return read(r.getReply(), false);
       });
-    }));
+    });
   });
 }
 
-namespace {
-
-// heartbeat and detach answer alike: ok, or a refusal.
-template <class Results>
-Result<void> answered(const Results& r) {
-  if (r.getOk()) return success();
-  return read(r.getRefused());
-}
-
-// A call whose only parameter is `who` and whose answer is ok-or-refusal; `make` picks the method.
-template <class MakeRequest>
-kj::Promise<Result<void>> who_call(kj::Promise<schema::RingService::Client> service, const Credentials& who,
-                                   MakeRequest make) {
-  return service.then([&who, make](schema::RingService::Client s) {
-    auto request = make(s);
-    write(request.initWho(), who);
-    return request.send().then([](auto&& r) { return answered(r); });
-  });
-}
-
-}  // namespace
-
-Result<void> ControlClient::heartbeat(const Credentials& who) {
+Result<void> ControlClient::heartbeat(const SessionCredentials& who) {
   Loop& l = *loop_;
   return l.thread->call("heartbeat", [&] {
-    return l.bounded(who_call(l.service(), who, [](auto& s) { return s.heartbeatRequest(); }));
+    return l.who_call(who, ProofPurpose::heartbeat, [](auto& s) { return s.heartbeatRequest(); });
   });
 }
 
-Result<void> ControlClient::detach(const Credentials& who) {
+Result<void> ControlClient::detach(const SessionCredentials& who) {
   Loop& l = *loop_;
   return l.thread->call("detach", [&] {
-    return l.bounded(who_call(l.service(), who, [](auto& s) { return s.detachRequest(); }));
+    return l.who_call(who, ProofPurpose::detach, [](auto& s) { return s.detachRequest(); });
   });
 }
 
-void ControlClient::keep_alive(SessionId session, const SessionSecret& secret, std::uint64_t epoch,
-                               std::chrono::milliseconds interval) {
+void ControlClient::keep_alive(const SessionCredentials& who, std::chrono::milliseconds interval) {
   Loop& l = *loop_;
-  (void)l.thread->call("keep_alive", [&l, session, secret, epoch, interval]() -> Result<void> {
+  (void)l.thread->call("keep_alive", [&l, who, interval]() -> Result<void> {
     l.heartbeats = nullptr;
     l.failed_beats = 0;
     l.clear();
     if (interval.count() == 0) return success();
     const auto delay = static_cast<std::int64_t>(interval.count()) * kj::MILLISECONDS;
-    const Proof proof = make_proof(secret, ProofPurpose::heartbeat, session, epoch);
     // One beat, then the next. A refused beat (the session moved on or is gone) raises the alarm
     // and ends the chain; unanswered beats (owner down, connection cut) raise it after
     // kOwnerLostBeats in a row, and go on, each on a new connection.
     struct Beat {
-      static kj::Promise<void> next(Loop& loop, kj::Duration d, SessionId s, std::uint64_t e, Proof p) {
-        return loop.io->provider->getTimer().afterDelay(d).then([&loop, d, s, e, p]() {
-          return loop.bounded(loop.service().then([s, e, p](schema::RingService::Client svc) {
-                   auto request = svc.heartbeatRequest();
-                   write(request.initWho(), Credentials{s, e, p});
-                   return request.send().then(
-                       [](capnp::Response<schema::RingService::HeartbeatResults>&& r) { return answered(r); });
-                 }))
+      static kj::Promise<void> next(Loop& loop, kj::Duration d, SessionCredentials who) {
+        return loop.io->provider->getTimer().afterDelay(d).then([&loop, d, who]() {
+          return loop.who_call(who, ProofPurpose::heartbeat, [](auto& s) { return s.heartbeatRequest(); })
               .then(
                   [&loop](Result<void> r) {
                     loop.failed_beats = 0;
@@ -209,14 +255,14 @@ void ControlClient::keep_alive(SessionId session, const SessionSecret& secret, s
                                                                   std::string(x.getDescription().cStr())));
                     return true;
                   })
-              .then([&loop, d, s, e, p](bool go_on) -> kj::Promise<void> {
+              .then([&loop, d, who](bool go_on) -> kj::Promise<void> {
                 if (!go_on) return kj::READY_NOW;
-                return next(loop, d, s, e, p);
+                return next(loop, d, who);
               });
         });
       }
     };
-    l.heartbeats = Beat::next(l, delay, session, epoch, proof).eagerlyEvaluate(nullptr);
+    l.heartbeats = Beat::next(l, delay, who).eagerlyEvaluate(nullptr);
     return success();
   });
 }

@@ -1,7 +1,9 @@
 // The producer's end of the control channel: attach, resume, heartbeat and detach calls to the
-// ring owner, made from the producer's thread and carried out on a control thread. The TCP
-// connection is made again on the next call after it broke, so a cut control connection costs
-// one failed call, not the session.
+// ring owner, made from the producer's thread and carried out on a control thread. Each
+// connection is TLS (unless insecure_plaintext) and starts with hello, whose nonce every proof
+// on it covers, with a counter per call (sessions.md §3): the proofs are made here, on the
+// control thread, from the session's secret. The connection is made again on the next call after
+// it broke, so a cut control connection costs one failed call, not the session.
 #pragma once
 
 #include <chrono>
@@ -11,6 +13,8 @@
 #include <string>
 
 #include "messages.hpp"
+#include "rdmaring/control_security.hpp"
+#include "rdmaring/producer.hpp"
 
 namespace rdmaring::control {
 
@@ -19,19 +23,23 @@ class ControlClient {
   // The control thread's name, as producer.hpp states it.
   static constexpr const char* kThreadName = "rdmaring-ctl";
 
-  // Connects to the owner's control port. Throws: SetupError control_failure (refused, timed out).
-  ControlClient(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout);
+  // Connects to the owner's control port and says hello. Throws: SetupError bad_config (the
+  // TLS material), control_failure (refused, timed out, the TLS handshake failed), the hello's
+  // refusal (unauthenticated, protocol_violation).
+  ControlClient(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout,
+                const ControlSecurity& security);
   ~ControlClient();
 
   Result<RingGrant> attach();
-  Result<RingGrant> resume(const Credentials& who, bool restarted, std::uint64_t released,
+  // `who.epoch`: the epoch the call speaks for (resume: the one being left).
+  Result<RingGrant> resume(const SessionCredentials& who, bool restarted, std::uint64_t released,
                            std::uint64_t released_sequence);
-  Result<void> heartbeat(const Credentials& who);
-  Result<void> detach(const Credentials& who);
+  Result<void> heartbeat(const SessionCredentials& who);
+  Result<void> detach(const SessionCredentials& who);
 
   // From now on the control thread heartbeats for this session and epoch every `interval` (zero:
   // never); a refused heartbeat stops it. Clears the alarm.
-  void keep_alive(SessionId session, const SessionSecret& secret, std::uint64_t epoch, std::chrono::milliseconds interval);
+  void keep_alive(const SessionCredentials& who, std::chrono::milliseconds interval);
   // Set when heartbeats say the session is gone: refused (unknown_session, stale_epoch), or
   // kOwnerLostBeats in a row unanswered (owner_lost). Cheap: the data path checks it.
   std::optional<Error> alarm() const;

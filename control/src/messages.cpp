@@ -18,6 +18,9 @@ Code to_code(const Error& e) {
   if (e == errc::memlock_too_low) return Code::MEMLOCK_TOO_LOW;
   if (e == errc::odp_unsupported) return Code::ODP_UNSUPPORTED;
   if (e == errc::ring_changed) return Code::RING_CHANGED;
+  if (e == errc::unauthenticated) return Code::UNAUTHENTICATED;
+  if (e == errc::unauthorized) return Code::UNAUTHORIZED;
+  if (e == errc::quota_exceeded) return Code::QUOTA_EXCEEDED;
   return Code::BAD_REQUEST;
 }
 
@@ -32,6 +35,9 @@ errc to_errc(Code c) {
     case Code::RING_CHANGED: return errc::ring_changed;
     case Code::MEMLOCK_TOO_LOW: return errc::memlock_too_low;
     case Code::ODP_UNSUPPORTED: return errc::odp_unsupported;
+    case Code::UNAUTHENTICATED: return errc::unauthenticated;
+    case Code::UNAUTHORIZED: return errc::unauthorized;
+    case Code::QUOTA_EXCEEDED: return errc::quota_exceeded;
   }
   return errc::protocol_violation;
 }
@@ -73,6 +79,24 @@ void write(schema::Credentials::Builder out, const Credentials& c) {
   out.setSession(c.session);
   out.setEpoch(c.epoch);
   out.setProof(kj::arrayPtr(reinterpret_cast<const kj::byte*>(c.proof.data()), c.proof.size()));
+  if (c.binding) out.setCounter(c.binding->counter);
+}
+
+void write(schema::Channel::Builder out, const Channel& c) {
+  out.setNonce(kj::arrayPtr(reinterpret_cast<const kj::byte*>(c.nonce.data()), c.nonce.size()));
+  out.setIdentity(c.identity);
+}
+
+Result<Channel> read(schema::ChannelOrRefusal::Reader in) {
+  if (in.isRefused()) return read(in.getRefused());
+  if (!in.isChannel()) return make_error(errc::protocol_violation, "hello: neither a channel nor a refusal");
+  const auto nonce = in.getChannel().getNonce();
+  if (nonce.size() != kNonceSize)
+    return make_error(errc::protocol_violation, "hello: nonce of " + std::to_string(nonce.size()) + " bytes");
+  Channel out;
+  std::transform(nonce.begin(), nonce.end(), out.nonce.begin(), [](kj::byte b) { return std::byte{b}; });
+  out.identity = in.getChannel().getIdentity().cStr();
+  return out;
 }
 
 Error read(schema::Refusal::Reader in) {

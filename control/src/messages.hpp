@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 #include "rdmaring/error.hpp"
 #include "rdmaring/producer_core.hpp"
@@ -34,6 +35,12 @@ struct RingGrant {
   std::uint32_t recv_budget = 0;
 };
 
+// What hello answers (sessions.md §2.3).
+struct Channel {
+  ChannelNonce nonce{};
+  std::string identity;
+};
+
 // Reading limits for untrusted control messages: far above any legal message (a few hundred
 // bytes), far below what would let a peer make the owner walk or allocate much.
 inline constexpr std::uint64_t kTraversalLimitWords = 8 * 1024;
@@ -41,14 +48,19 @@ inline constexpr unsigned kNestingLimit = 8;
 
 void write(schema::RingGrant::Builder out, const RingGrant& g, bool with_secret);
 void write(schema::Refusal::Builder out, const Error& e);
+// The counter is the binding's (the nonce is the connection's and does not travel).
 void write(schema::Credentials::Builder out, const Credentials& c);
+void write(schema::Channel::Builder out, const Channel& c);
+// Errors: the refusal's; protocol_violation for a nonce of the wrong size.
+Result<Channel> read(schema::ChannelOrRefusal::Reader in);
 
 // The grant, or the owner's refusal as an Error with the errc it names. Errors:
 // protocol_violation for a grant that breaks the schema's rules (sizes, modes, positions).
 Result<RingGrant> read(schema::GrantOrRefusal::Reader in, bool with_secret);
 // A Refusal as an Error (for heartbeat/detach replies).
 Error read(schema::Refusal::Reader in);
-// Credentials, with the proof's size checked. Errors: invalid_argument.
+// Credentials, with the proof's size checked; no binding (the reader's connection adds its own
+// nonce to the counter). Errors: invalid_argument.
 Result<Credentials> read(schema::Credentials::Reader in);
 
 }  // namespace rdmaring::control

@@ -10,14 +10,6 @@
 
 namespace rdmaring {
 
-namespace {
-
-Credentials who(const control::RingGrant& session, std::uint64_t epoch, const Proof& proof) {
-  return Credentials{session.session, epoch, proof};
-}
-
-}  // namespace
-
 // The control channel's side of a producer; the verbs are the data plane's. Member order is
 // destruction order reversed: the core, which builds in the data plane's staging mirror, goes
 // first.
@@ -30,11 +22,11 @@ struct Producer::Connection {
   std::uint64_t recoveries = 0;
   Clock::time_point claimed_at;  // the last claim()'s clock reading, for its commit()
 
-  Proof proof(ProofPurpose purpose, std::uint64_t epoch) const {
-    return make_proof(session.secret, purpose, session.session, epoch);
-  }
+  // The session in `epoch`, as the control channel's calls name it.
+  SessionCredentials who(std::uint64_t epoch) const { return SessionCredentials{session.session, session.secret, epoch}; }
   ProducerEpoch epoch_of(const control::RingGrant& g) const {
-    return ProducerEpoch{g.session, g.at.epoch, proof(ProofPurpose::connect, g.at.epoch), g.data_port,
+    return ProducerEpoch{g.session, g.at.epoch, make_proof(session.secret, ProofPurpose::connect, g.session, g.at.epoch),
+                         g.data_port,
                          RingKeys{g.ring_addr, g.ring_rkey, g.tail_addr, g.tail_rkey}};
   }
   // The first connection and everything it needs: device, PD, CQ, credit MR, staging mirror.
@@ -47,11 +39,11 @@ struct Producer::Connection {
                  options.core);
   }
   void granted(std::uint64_t epoch) const {
-    if (options.on_credentials) options.on_credentials(SessionCredentials{session.session, session.secret, epoch});
+    if (options.on_credentials) options.on_credentials(who(epoch));
   }
   void keep_alive(const control::RingGrant& grant) {
     const auto interval = options.heartbeat_interval.value_or(grant.lease / 3);
-    control->keep_alive(session.session, session.secret, grant.at.epoch, interval);
+    control->keep_alive(who(grant.at.epoch), interval);
   }
   // The sequence of the record at `released`: what an owner restored after its restart resumes
   // from when it has no record of its own.
@@ -74,11 +66,11 @@ Producer Producer::open(const ProducerOptions& options, const SessionCredentials
   if (auto ok = options.core.validate(); !ok) throw SetupError(ok.error());
   auto c = std::make_unique<Connection>();
   c->options = options;
-  c->control = std::make_unique<control::ControlClient>(options.address, options.control_port, options.connect_timeout);
+  c->control = std::make_unique<control::ControlClient>(options.address, options.control_port, options.connect_timeout,
+                                                         options.security);
   Result<control::RingGrant> grant = make_error(errc::invalid_argument);
   if (rejoining) {
-    const Proof p = make_proof(rejoining->secret, ProofPurpose::resume, rejoining->session, rejoining->epoch);
-    grant = c->control->resume(Credentials{rejoining->session, rejoining->epoch, p}, true, 0, 0);
+    grant = c->control->resume(*rejoining, true, 0, 0);
     if (grant) grant.value().secret = rejoining->secret;
   } else {
     grant = c->control->attach();
@@ -96,7 +88,7 @@ Producer Producer::open(const ProducerOptions& options, const SessionCredentials
     // the next attempt.
     if (!rejoining) {
       const std::uint64_t epoch = g.at.epoch;
-      (void)c->control->detach(who(c->session, epoch, c->proof(ProofPurpose::detach, epoch)));
+      (void)c->control->detach(c->who(epoch));
     }
     throw;
   }
@@ -107,14 +99,13 @@ Result<ResumePoint> Producer::recover() {
   Connection& c = *c_;
   const std::uint64_t epoch = c.core->epoch();
   const auto l = c.core->ledger();
-  BOOST_OUTCOME_TRY(grant, c.control->resume(who(c.session, epoch, c.proof(ProofPurpose::resume, epoch)), false,
-                                             l.released, c.released_sequence()));
+  BOOST_OUTCOME_TRY(grant, c.control->resume(c.who(epoch), false, l.released, c.released_sequence()));
   if (grant.ring_bytes != c.core->peer().geometry.bytes || grant.mode != c.core->peer().mode ||
       grant.max_record != c.core->peer().geometry.max_record || grant.payload_check != c.core->peer().payload_check) {
     // An owner restarted with other options restored the session; it cannot go on, so it
     // should not hold a ring until its lease runs out.
     const std::uint64_t e = grant.at.epoch;
-    (void)c.control->detach(who(c.session, e, c.proof(ProofPurpose::detach, e)));
+    (void)c.control->detach(c.who(e));
     return make_error(errc::ring_changed, "resume of session " + std::to_string(c.session.session) +
                                               ": the owner's ring is no longer the one staging mirrors");
   }
@@ -275,8 +266,8 @@ Result<void> Producer::detach(std::chrono::nanoseconds timeout) {
   Connection& c = *c_;
   BOOST_OUTCOME_TRYV(drain(timeout));
   const std::uint64_t epoch = c.core->epoch();
-  c.control->keep_alive(c.session.session, c.session.secret, epoch, std::chrono::milliseconds(0));
-  BOOST_OUTCOME_TRYV(c.control->detach(who(c.session, epoch, c.proof(ProofPurpose::detach, epoch))));
+  c.control->keep_alive(c.who(epoch), std::chrono::milliseconds(0));
+  BOOST_OUTCOME_TRYV(c.control->detach(c.who(epoch)));
   // The owner tore the connection down with the session; what is left here is the QP's flush.
   c.data->disconnect();
   return success();

@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <optional>
 
+#include "control_tls.hpp"
+#include "rdmaring/control_connection.hpp"
 #include "event_loop_thread.hpp"
 #include "messages.hpp"
 #include "rdmaring/metrics_text.hpp"
@@ -19,9 +22,21 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 OwnerConfig core_config(const RingOwnerOptions& o) {
-  return OwnerConfig{o.ring_bytes, o.max_record, o.mode, o.max_sessions,
-                     std::chrono::duration_cast<std::chrono::nanoseconds>(o.lease), o.quantum_bytes, o.core};
+  OwnerConfig c;
+  c.ring_bytes = o.ring_bytes;
+  c.max_record = o.max_record;
+  c.mode = o.mode;
+  c.max_sessions = o.max_sessions;
+  c.lease = std::chrono::duration_cast<std::chrono::nanoseconds>(o.lease);
+  c.quantum_bytes = o.quantum_bytes;
+  c.core = o.core;
+  c.allow = o.allow;
+  return c;
 }
+
+// A TLS handshake that has not finished by then is cut: a peer that stalls in it holds one
+// connection, not the owner.
+constexpr std::chrono::milliseconds kHandshakeTimeout = std::chrono::seconds(10);
 
 }  // namespace
 
@@ -41,6 +56,10 @@ Result<void> RingOwnerOptions::validate() const {
     return make_error(errc::bad_config, "recv_depth " + std::to_string(recv_depth) + " below " +
                                             std::to_string(2 * kRecvRepostBatch));
   if (address.empty()) return make_error(errc::bad_config, "no address: the owner listens on one RDMA device's address");
+  BOOST_OUTCOME_TRYV(security.validate(true));
+  if (security.insecure_plaintext && !allow.empty())
+    return make_error(errc::bad_config,
+                      "allow rules with insecure_plaintext: a plain TCP channel authenticates no identity to match");
   return success();
 }
 
@@ -50,8 +69,12 @@ struct RingOwner::State {
   std::uint16_t control_port = 0;
   std::atomic<std::uint64_t> control_calls{0};
   std::atomic<std::uint64_t> control_task_failures{0};
+  std::atomic<std::uint64_t> handshakes_failed{0};
+  mutable std::mutex handshake_mutex;
+  std::string last_handshake_failure;  // under handshake_mutex
 
   // Control-thread objects; the thread is the last member, so it stops before the rest go.
+  std::optional<control::ControlTls> tls;  // none: insecure_plaintext
   kj::Own<kj::ConnectionReceiver> control_listener;
   kj::Own<kj::TaskSet> tasks;
   kj::Own<kj::UnixEventPort::FdObserver> cm_observer;
@@ -63,12 +86,14 @@ struct RingOwner::State {
   explicit State(const RingOwnerOptions& o)
       : options(o),
         data(OwnerDataPlaneOptions{o.address, o.data_port, o.relaxed_ordering, o.on_demand_paging, o.recv_depth,
-                                   core_config(o), o.on_session_closed}) {}
+                                   core_config(o), o.on_session_closed, o.on_session}) {}
 
   control::RingGrant grant(const Granted& g) const;
   kj::Promise<void> watch_cm();
   kj::Promise<void> watch_async();
   kj::Promise<void> accept_control();
+  kj::Promise<void> serve(kj::AuthenticatedStream stream);
+  kj::Promise<void> serve_channel(kj::Own<kj::AsyncIoStream> stream, std::optional<std::string> identity);
   kj::Promise<void> expire_leases(kj::Timer& timer);
 };
 
@@ -126,39 +151,76 @@ kj::Promise<void> RingOwner::State::expire_leases(kj::Timer& timer) {
 
 namespace {
 
+// One control connection: who its channel authenticated, and (after hello) the nonce its
+// proofs must cover.
 class Service final : public control::schema::RingService::Server {
  public:
-  explicit Service(RingOwner::State& s) : s_(s) {}
+  Service(RingOwner::State& s, std::optional<std::string> identity) : s_(s), identity_(std::move(identity)) {}
 
  protected:
   kj::Promise<void> attach(AttachContext context) override;
   kj::Promise<void> resume(ResumeContext context) override;
   kj::Promise<void> heartbeat(HeartbeatContext context) override;
   kj::Promise<void> detach(DetachContext context) override;
+  kj::Promise<void> hello(HelloContext context) override;
 
  private:
+  // Errors: unauthenticated (a certificate that names nobody); protocol_violation (version).
+  Result<void> admit(std::uint32_t version) const;
+  // The caller's credentials with this connection's identity and binding. Errors: read's;
+  // unauthenticated (no hello yet); bad_proof (a counter already used: a replay).
+  Result<Credentials> caller(control::schema::Credentials::Reader in);
+
   RingOwner::State& s_;
+  std::optional<std::string> identity_;  // nullopt: a TLS certificate without a common name
+  std::optional<ControlConnection> channel_;
 };
 
 }  // namespace
 
 kj::Promise<void> RingOwner::State::accept_control() {
-  return control_listener->accept().then([this](kj::Own<kj::AsyncIoStream>&& stream) {
-    struct Client {
-      kj::Own<kj::AsyncIoStream> stream;
-      capnp::TwoPartyVatNetwork network;
-      capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
-      Client(kj::Own<kj::AsyncIoStream> s, RingOwner::State& state)
-          : stream(kj::mv(s)),
-            network(*stream, capnp::rpc::twoparty::Side::SERVER,
-                    capnp::ReaderOptions{control::kTraversalLimitWords, control::kNestingLimit}),
-            rpc(capnp::makeRpcServer(network, kj::heap<Service>(state))) {}
-    };
-    auto client = kj::heap<Client>(kj::mv(stream), *this);
-    auto ended = client->network.onDisconnect();
-    tasks->add(ended.attach(kj::mv(client)));
+  return control_listener->acceptAuthenticated().then([this](kj::AuthenticatedStream&& stream) {
+    // Served as a task of its own: a peer that stalls its handshake holds only its connection.
+    tasks->add(serve(kj::mv(stream)));
     return accept_control();
   });
+}
+
+kj::Promise<void> RingOwner::State::serve(kj::AuthenticatedStream stream) {
+  if (!tls) return serve_channel(kj::mv(stream.stream), std::string());
+  return tls->accept(kj::mv(stream))
+      .then(
+          [this](kj::AuthenticatedStream&& s) {
+            auto identity = control::identity_of(*s.peerIdentity);
+            return serve_channel(kj::mv(s.stream), kj::mv(identity));
+          },
+          [this](kj::Exception&& e) -> kj::Promise<void> {
+            // No certificate, one the CA did not sign, an old TLS version, or a stall: nothing
+            // was read from this peer.
+            {
+              std::lock_guard lock(handshake_mutex);
+              last_handshake_failure = e.getDescription().cStr();
+            }
+            handshakes_failed.fetch_add(1, std::memory_order_relaxed);
+            return kj::READY_NOW;
+          });
+}
+
+kj::Promise<void> RingOwner::State::serve_channel(kj::Own<kj::AsyncIoStream> stream,
+                                                  std::optional<std::string> identity) {
+  struct Client {
+    kj::Own<kj::AsyncIoStream> stream;
+    capnp::TwoPartyVatNetwork network;
+    capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
+    Client(kj::Own<kj::AsyncIoStream> s, RingOwner::State& state, std::optional<std::string> identity)
+        : stream(kj::mv(s)),
+          network(*stream, capnp::rpc::twoparty::Side::SERVER,
+                  capnp::ReaderOptions{control::kTraversalLimitWords, control::kNestingLimit}),
+          rpc(capnp::makeRpcServer(network, kj::heap<Service>(state, std::move(identity)))) {}
+  };
+  auto client = kj::heap<Client>(kj::mv(stream), *this, std::move(identity));
+  auto ended = client->network.onDisconnect();
+  return ended.attach(kj::mv(client));
 }
 
 namespace {
@@ -170,25 +232,61 @@ void refuse(Reply reply, const Error& e) {
 
 }  // namespace
 
+Result<void> Service::admit(std::uint32_t version) const {
+  if (!identity_)
+    return make_error(errc::unauthenticated, "the producer's certificate has no subject common name: no identity");
+  if (version != wire::kVersion)
+    return make_error(errc::protocol_violation, "producer speaks rdmaring v" + std::to_string(version) +
+                                                    ", this owner v" + std::to_string(wire::kVersion));
+  return success();
+}
+
+// A refusal for a version this owner does not speak says so by code, not only by text.
+template <class Reply>
+void refuse_admission(Reply reply, const Error& e) {
+  refuse(reply, e);
+  if (e == errc::protocol_violation) reply.getRefused().setCode(control::schema::Refusal::Code::VERSION_MISMATCH);
+}
+
+Result<Credentials> Service::caller(control::schema::Credentials::Reader in) {
+  BOOST_OUTCOME_TRY(c, control::read(in));
+  if (!identity_)
+    return make_error(errc::unauthenticated, "the producer's certificate has no subject common name: no identity");
+  if (!channel_)
+    return make_error(errc::unauthenticated, "no hello on this connection: its nonce is what every proof covers");
+  BOOST_OUTCOME_TRY(binding, channel_->bind(in.getCounter()));
+  c.identity = *identity_;
+  c.binding = binding;
+  return c;
+}
+
+kj::Promise<void> Service::hello(HelloContext context) {
+  auto reply = context.getResults().initReply();
+  s_.control_calls.fetch_add(1, std::memory_order_relaxed);
+  if (auto ok = admit(context.getParams().getVersion()); !ok) {
+    refuse_admission(reply, ok.error());
+    return kj::READY_NOW;
+  }
+  // A second hello starts over: the proofs of the first nonce are no longer accepted here.
+  channel_.emplace(*identity_, random_nonce());
+  control::write(reply.initChannel(), control::Channel{channel_->nonce(), *identity_});
+  return kj::READY_NOW;
+}
+
 kj::Promise<void> Service::attach(AttachContext context) {
   const auto params = context.getParams();
   auto reply = context.getResults().initReply();
   s_.control_calls.fetch_add(1, std::memory_order_relaxed);
-  if (params.getVersion() != wire::kVersion) {
-    control::write(reply.initRefused(), make_error(errc::protocol_violation, "producer speaks rdmaring v" +
-                                                                                 std::to_string(params.getVersion()) +
-                                                                                 ", this owner v" +
-                                                                                 std::to_string(wire::kVersion)));
-    reply.getRefused().setCode(control::schema::Refusal::Code::VERSION_MISMATCH);
+  if (auto ok = admit(params.getVersion()); !ok) {
+    refuse_admission(reply, ok.error());
     return kj::READY_NOW;
   }
-  auto granted = s_.data.attach(Clock::now());
+  auto granted = s_.data.attach(*identity_, Clock::now());
   if (!granted) {
     refuse(reply, granted.error());
     return kj::READY_NOW;
   }
   control::write(reply.initGrant(), s_.grant(granted.value()), true);
-  if (s_.options.on_session) s_.options.on_session(granted.value().session.id, granted.value().session.secret);
   return kj::READY_NOW;
 }
 
@@ -196,7 +294,7 @@ kj::Promise<void> Service::resume(ResumeContext context) {
   const auto params = context.getParams();
   auto reply = context.getResults().initReply();
   s_.control_calls.fetch_add(1, std::memory_order_relaxed);
-  auto who = control::read(params.getWho());
+  auto who = caller(params.getWho());
   if (!who) {
     refuse(reply, who.error());
     return kj::READY_NOW;
@@ -220,7 +318,7 @@ kj::Promise<void> Service::resume(ResumeContext context) {
 kj::Promise<void> Service::heartbeat(HeartbeatContext context) {
   auto results = context.getResults();
   s_.control_calls.fetch_add(1, std::memory_order_relaxed);
-  auto who = control::read(context.getParams().getWho());
+  auto who = caller(context.getParams().getWho());
   const auto ok = who ? s_.data.heartbeat(who.value(), Clock::now()) : Result<void>(who.error());
   results.setOk(bool(ok));
   if (!ok) control::write(results.initRefused(), ok.error());
@@ -230,7 +328,7 @@ kj::Promise<void> Service::heartbeat(HeartbeatContext context) {
 kj::Promise<void> Service::detach(DetachContext context) {
   auto results = context.getResults();
   s_.control_calls.fetch_add(1, std::memory_order_relaxed);
-  auto who = control::read(context.getParams().getWho());
+  auto who = caller(context.getParams().getWho());
   const auto ok = who ? s_.data.detach(who.value()) : Result<void>(who.error());
   results.setOk(bool(ok));
   if (!ok) control::write(results.initRefused(), ok.error());
@@ -245,6 +343,8 @@ std::unique_ptr<RingOwner> RingOwner::start(const RingOwnerOptions& options) {
   State& st = *s;
   st.loop.emplace(
       [&st](kj::AsyncIoContext& io) {
+        if (!st.options.security.insecure_plaintext)
+          st.tls.emplace(st.options.security, true, io.provider->getTimer(), kHandshakeTimeout);
         auto address = io.provider->getNetwork().parseAddress(st.options.address, st.options.control_port).wait(io.waitScope);
         st.control_listener = address->listen();
         st.control_port = static_cast<std::uint16_t>(st.control_listener->getPort());
@@ -264,8 +364,12 @@ std::unique_ptr<RingOwner> RingOwner::start(const RingOwnerOptions& options) {
         st.cm_observer = nullptr;
         st.async_observer = nullptr;
         st.control_listener = nullptr;
+        st.tls.reset();
       },
       "rdmaring-owner");
+  if (options.security.insecure_plaintext)
+    std::fprintf(stderr, "rdmaring: ring owner on %s control port %u: PLAIN TCP (insecure_plaintext): anyone who "
+                 "reads this channel can act as any producer\n", options.address.c_str(), unsigned(st.control_port));
   return std::unique_ptr<RingOwner>(new RingOwner(std::move(s)));
 }
 
@@ -295,6 +399,8 @@ RingOwnerStats RingOwner::stats() const {
     st.device = dp.device;
     st.sessions = core.table().counters();
     st.restore_gaps = c.restore_gaps;
+    st.refused_unauthorized = c.refused_unauthorized;
+    st.refused_quota = c.refused_quota;
     st.handler_aborts = c.handler_aborts;
     st.connect_refused = c.connect_refused + dp.malformed_connects;
     st.sessions_failed = c.sessions_failed;
@@ -321,6 +427,12 @@ RingOwnerStats RingOwner::stats() const {
   out.async_events = s_->data.async_event_counts();
   out.control_calls = s_->control_calls.load(std::memory_order_relaxed);
   out.control_task_failures = s_->control_task_failures.load(std::memory_order_relaxed);
+  out.insecure_plaintext = s_->options.security.insecure_plaintext;
+  out.handshakes_failed = s_->handshakes_failed.load(std::memory_order_relaxed);
+  {
+    std::lock_guard lock(s_->handshake_mutex);
+    out.last_handshake_failure = s_->last_handshake_failure;
+  }
   return out;
 }
 
@@ -337,7 +449,8 @@ std::string RingOwner::metrics() const {
   m.counter("owner_sessions_failed_total", "Sessions closed because their producer broke the protocol", s.sessions_failed);
   for (const auto& [reason, n] : {std::pair{"unknown_session", t.refused_unknown}, {"bad_proof", t.refused_proof},
                                   {"stale_epoch", t.refused_stale}, {"already_connected", t.refused_state},
-                                  {"no_capacity", t.refused_capacity}})
+                                  {"no_capacity", t.refused_capacity}, {"unauthorized_identity", t.refused_identity},
+                                  {"unauthorized", s.refused_unauthorized}, {"quota_exceeded", s.refused_quota}})
     m.counter("owner_refusals_total", "Control messages and connect requests refused", n, {{"reason", reason}});
   m.counter("owner_connect_refused_total", "Connect requests rejected", s.connect_refused);
   m.counter("owner_handler_give_backs_total", "Give-backs: for each session, each poll that left its records for the next (abort, stop, a handler that threw)",
@@ -345,6 +458,10 @@ std::string RingOwner::metrics() const {
   m.counter("owner_credit_post_failures_total", "Credit posts a session's QP refused (its link broke)",
             s.credit_post_failures);
   m.counter("owner_control_calls_total", "Control-channel calls served", s.control_calls);
+  m.gauge("owner_control_insecure_plaintext", "1: the control channel is plain TCP (insecure_plaintext), 0: mutual TLS",
+          s.insecure_plaintext ? 1.0 : 0.0);
+  m.counter("owner_tls_handshakes_failed_total", "TLS handshakes refused or cut: no certificate, an untrusted one, a timeout",
+            s.handshakes_failed);
   m.counter("owner_records_total", "Records delivered", s.rings.records);
   m.counter("owner_payload_bytes_total", "Payload bytes delivered", s.rings.payload_bytes);
   m.counter("owner_publishes_total", "Publish events (immediates, tail records) that moved a mark", s.rings.publishes);

@@ -2,10 +2,12 @@
 // listener (and a signalfd), and the loop drains, arms, then sleeps until any of them is ready
 // (README.md next to this file; README.md's "Idle costs no CPU" for the rule).
 //   event-loop ADDRESS [--control-port P] [--status-port S] [--records N]
+//              [--ca FILE --cert FILE --key FILE | --insecure-plaintext]
 // Serves a ring owner on ADDRESS:P (default 7471) and answers every TCP connection to
 // 127.0.0.1:S (default 7472) with one line, the number of records delivered so far. Runs until
 // SIGINT or SIGTERM, or with --records N until N records came and no session is open. A port of
-// 0 takes a free one; the first line printed names both.
+// 0 takes a free one; the first line printed names both. The control channel is mutual TLS:
+// --ca, --cert and --key (default: RDMARING_CA, RDMARING_CERT, RDMARING_KEY) name the PEM files.
 #include <rdmaring/ring_owner.hpp>
 
 #include <arpa/inet.h>
@@ -21,6 +23,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <iostream>
@@ -39,7 +42,13 @@ struct Options {
   std::uint16_t control_port = 7471;
   std::uint16_t status_port = 7472;
   std::optional<std::uint64_t> records;
+  rdmaring::ControlSecurity security;  // mutual TLS unless --insecure-plaintext
 };
+
+std::string from_env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -57,14 +66,34 @@ Number parse_number(std::string_view flag, std::string_view text) {
 Options parse(int argc, char** argv) {
   if (argc < 2) throw UsageError("no ADDRESS given");
   Options o{.address = argv[1]};
+  // The control channel's material: the environment's unless a flag names another file.
+  o.security = {.ca = from_env("RDMARING_CA"), .certificate = from_env("RDMARING_CERT"),
+                .private_key = from_env("RDMARING_KEY")};
+  bool plaintext = false;
   for (int i = 2; i < argc; i += 2) {
     const std::string_view flag = argv[i];
+    if (flag == "--insecure-plaintext") {
+      plaintext = true;
+      --i;  // a flag without a value
+      continue;
+    }
     if (i + 1 == argc) throw UsageError(std::string(flag) + " needs a value");
     const std::string_view value = argv[i + 1];
     if (flag == "--control-port") o.control_port = parse_number<std::uint16_t>(flag, value);
     else if (flag == "--status-port") o.status_port = parse_number<std::uint16_t>(flag, value);
     else if (flag == "--records") o.records = parse_number<std::uint64_t>(flag, value);
+    else if (flag == "--ca") o.security.ca = value;
+    else if (flag == "--cert") o.security.certificate = value;
+    else if (flag == "--key") o.security.private_key = value;
     else throw UsageError("unknown option '" + std::string(flag) + "'");
+  }
+  if (plaintext) {
+    if (!o.security.ca.empty() || !o.security.certificate.empty() || !o.security.private_key.empty())
+      throw UsageError("--insecure-plaintext with TLS material (flags or RDMARING_CA/CERT/KEY): say one or the other");
+    o.security = {.insecure_plaintext = true};
+  } else if (o.security.ca.empty() || o.security.certificate.empty() || o.security.private_key.empty()) {
+    throw UsageError("the control channel is mutual TLS: give --ca, --cert and --key (or RDMARING_CA, RDMARING_CERT, "
+                     "RDMARING_KEY), or --insecure-plaintext");
   }
   return o;
 }
@@ -139,7 +168,8 @@ int serve(const Options& o) {
   const Fd signals(check(signalfd(-1, &stop_signals, SFD_NONBLOCK | SFD_CLOEXEC), "signalfd"));
   const Fd listener = listen_on_loopback(o.status_port);
   // A session that ends makes owner->fd() readable too: with --records the loop notices the last.
-  const auto owner = rdmaring::RingOwner::start({.address = o.address, .control_port = o.control_port});
+  const auto owner =
+      rdmaring::RingOwner::start({.address = o.address, .control_port = o.control_port, .security = o.security});
 
   const Fd epoll(check(epoll_create1(EPOLL_CLOEXEC), "epoll_create1"));
   for (const int fd : {owner->fd(), signals.get(), listener.get()}) {
@@ -147,7 +177,8 @@ int serve(const Options& o) {
     check(epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev), "epoll_ctl");
   }
   std::cout << "event-loop: owner on " << o.address << " port " << owner->control_port()
-            << ", status on 127.0.0.1 port " << bound_port(listener) << std::endl;
+            << ", status on 127.0.0.1 port " << bound_port(listener) << ", "
+            << (o.security.insecure_plaintext ? "PLAIN TCP" : "mutual TLS") << std::endl;
 
   std::uint64_t delivered = 0;
   const auto count = [&delivered](const rdmaring::Delivery&) { ++delivered; };
@@ -191,7 +222,8 @@ int main(int argc, char** argv) try {
   return serve(parse(argc, argv));
 } catch (const UsageError& e) {
   std::cerr << "event-loop: " << e.what()
-            << " (usage: event-loop ADDRESS [--control-port P] [--status-port S] [--records N])\n";
+            << " (usage: event-loop ADDRESS [--control-port P] [--status-port S] [--records N] "
+               "[--ca FILE --cert FILE --key FILE | --insecure-plaintext])\n";
   return 2;
 } catch (const std::exception& e) {
   // SetupError (a bad address, no RDMA device behind it, a port in use) or a system call's error.

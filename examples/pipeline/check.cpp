@@ -48,10 +48,16 @@ int run_check(const CheckOptions& o) {
     if (e != make_event(e.source, e.index)) problem(where + "contents differ from what the producer made");
   }
 
-  Statement sessions = db.prepare("SELECT id, next_sequence FROM sessions");
+  Statement sessions = db.prepare("SELECT id, next_sequence, identity, min_epoch FROM sessions");
+  std::vector<std::string> session_lines;
   while (sessions.step()) {
     const std::uint64_t id = from_sql(sessions.integer(0));
     const std::uint64_t durable = from_sql(sessions.integer(1));
+    // Whose it is and the epoch below which no resume is admitted: the durable record the owner
+    // upserted last (on_session).
+    session_lines.push_back("check: session " + std::to_string(id) + " of '" + std::string(sessions.text(2)) +
+                            "': " + std::to_string(durable) + " events, min_epoch " +
+                            std::to_string(from_sql(sessions.integer(3))));
     const auto it = due_sequence.find(id);
     const std::uint64_t have = it == due_sequence.end() ? 0 : it->second;
     if (durable != have)
@@ -67,6 +73,7 @@ int run_check(const CheckOptions& o) {
 
   std::cout << "check: " << stored << " events stored in " << due_sequence.size() << " session(s), from "
             << o.threads << " sources" << std::endl;
+  for (const std::string& line : session_lines) std::cout << line << '\n';
   if (problems.empty()) {
     std::cout << "check: passed: every session's sequences once each, from 0; every source's events once each, "
                  "in order, as made"

@@ -27,9 +27,16 @@ class Store {
  public:
   explicit Store(const std::filesystem::path& path) : db_(path, false) {}
 
-  void add_session(rdmaring::SessionId id, const rdmaring::SessionSecret& secret) {
+  // An upsert: the first record of a session (its attach, or its restore) inserts its row, a
+  // later one (a resumed epoch's QP established: the floor rose) replaces the record and keeps
+  // the sequence.
+  void save_session(const rdmaring::SessionRecord& r) {
     std::lock_guard lock(m_);
-    add_session_.bind(1, to_sql(id)).bind_blob(2, secret.data(), secret.size()).run();
+    save_session_.bind(1, to_sql(r.session))
+        .bind_blob(2, r.secret.data(), r.secret.size())
+        .bind(3, std::string_view(r.identity))
+        .bind(4, to_sql(r.min_epoch))
+        .run();
   }
 
   // The record of a session that has not ended: a session that detached must not come back.
@@ -37,7 +44,9 @@ class Store {
     std::lock_guard lock(m_);
     find_session_.bind(1, to_sql(id));
     if (!find_session_.step()) return std::nullopt;
-    rdmaring::DurableSession d{.next_sequence = from_sql(find_session_.integer(1))};
+    rdmaring::DurableSession d{.next_sequence = from_sql(find_session_.integer(1)),
+                               .identity = std::string(find_session_.text(2)),
+                               .min_epoch = from_sql(find_session_.integer(3))};
     const auto secret = find_session_.blob(0);
     const bool whole = secret.size() == d.secret.size();
     if (whole) std::memcpy(d.secret.data(), secret.data(), secret.size());
@@ -94,8 +103,12 @@ class Store {
 
   std::mutex m_;
   Database db_;
-  Statement add_session_ = db_.prepare("INSERT INTO sessions(id, secret, next_sequence) VALUES(?, ?, 0)");
-  Statement find_session_ = db_.prepare("SELECT secret, next_sequence FROM sessions WHERE id = ? AND closed IS NULL");
+  Statement save_session_ = db_.prepare(
+      "INSERT INTO sessions(id, secret, identity, min_epoch, next_sequence) VALUES(?, ?, ?, ?, 0) "
+      "ON CONFLICT(id) DO UPDATE SET secret = excluded.secret, identity = excluded.identity, "
+      "min_epoch = excluded.min_epoch");
+  Statement find_session_ = db_.prepare(
+      "SELECT secret, next_sequence, identity, min_epoch FROM sessions WHERE id = ? AND closed IS NULL");
   Statement close_session_ = db_.prepare("UPDATE sessions SET closed = ? WHERE id = ?");
   Statement open_sessions_ = db_.prepare("SELECT id FROM sessions WHERE closed IS NULL");
   Statement begin_ = db_.prepare("BEGIN");
@@ -126,9 +139,8 @@ kj::ArrayPtr<const capnp::word> words_of(const rdmaring::Delivery& d) {
 int run_consumer(const ConsumerOptions& o) {
   Store store(o.database);
   rdmaring::RingOwnerOptions options{.address = o.address, .control_port = o.control_port};
-  options.on_session = [&store](rdmaring::SessionId id, const rdmaring::SessionSecret& secret) {
-    store.add_session(id, secret);
-  };
+  options.security = o.security;
+  options.on_session = [&store](const rdmaring::SessionRecord& r) { store.save_session(r); };
   options.restore = [&store](rdmaring::SessionId id) { return store.durable(id); };
   options.on_session_closed = [&store](rdmaring::SessionId id, rdmaring::CloseReason reason, const std::string&) {
     // This process stopping ends no session: its producers come back to the next one.

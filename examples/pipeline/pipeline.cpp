@@ -1,8 +1,12 @@
 // An exactly-once event pipeline between two services, and its check (README.md next to this
 // file):
-//   pipeline consumer ADDRESS DATABASE [--control-port P] [--events N]
-//   pipeline producer ADDRESS STATE_DIR [--control-port P] [--events N] [--threads T]
+//   pipeline consumer ADDRESS DATABASE [--control-port P] [--events N] [TLS]
+//   pipeline producer ADDRESS STATE_DIR [--control-port P] [--events N] [--threads T] [TLS]
+//                     [--server-name NAME]
 //   pipeline check DATABASE [--events N] [--threads T]
+// TLS: --ca FILE --cert FILE --key FILE (default: RDMARING_CA, RDMARING_CERT, RDMARING_KEY; the
+// producer's --server-name: RDMARING_SERVER_NAME), the control channel's mutual TLS; or
+// --insecure-plaintext, plain TCP.
 // The consumer serves a ring owner on ADDRESS:P (default 7481) and stores every event in the
 // SQLite DATABASE; with --events N it stops once N are stored and every session has ended. The
 // producer sends N events (default 20000) from T threads (default 4), keeping its session's
@@ -13,6 +17,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <initializer_list>
@@ -29,9 +34,10 @@ namespace {
 using pipeline::UsageError;
 
 constexpr std::string_view kUsage =
-    "usage: pipeline consumer ADDRESS DATABASE [--control-port P] [--events N] | "
-    "pipeline producer ADDRESS STATE_DIR [--control-port P] [--events N] [--threads T] | "
-    "pipeline check DATABASE [--events N] [--threads T]";
+    "usage: pipeline consumer ADDRESS DATABASE [--control-port P] [--events N] [TLS] | "
+    "pipeline producer ADDRESS STATE_DIR [--control-port P] [--events N] [--threads T] [TLS] [--server-name NAME] | "
+    "pipeline check DATABASE [--events N] [--threads T]; "
+    "TLS: --ca FILE --cert FILE --key FILE (default: RDMARING_CA, RDMARING_CERT, RDMARING_KEY) or --insecure-plaintext";
 
 template <class Number>
 Number parse_number(std::string_view flag, std::string_view text, Number least) {
@@ -43,13 +49,20 @@ Number parse_number(std::string_view flag, std::string_view text, Number least) 
 }
 
 // The positional arguments (`positional` of them after the role), then `--flag value` pairs,
-// each flag one of `flags`: a parser of its value.
+// each flag one of `flags`: a parser of its value; `--insecure-plaintext` (no value) sets
+// `*plaintext` where the role takes it.
 using Flags = std::initializer_list<std::pair<std::string_view, std::function<void(std::string_view)>>>;
-std::vector<std::string_view> parse(int argc, char** argv, std::size_t positional, Flags flags) {
+std::vector<std::string_view> parse(int argc, char** argv, std::size_t positional, Flags flags,
+                                    bool* plaintext = nullptr) {
   std::vector<std::string_view> args(argv + 2, argv + argc);
   if (args.size() < positional) throw UsageError("expected " + std::to_string(positional) + " arguments after the role");
   for (std::size_t i = positional; i < args.size(); i += 2) {
     const std::string_view flag = args[i];
+    if (plaintext && flag == "--insecure-plaintext") {
+      *plaintext = true;
+      --i;  // it takes no value
+      continue;
+    }
     const auto known = std::find_if(flags.begin(), flags.end(), [&](const auto& f) { return f.first == flag; });
     if (known == flags.end()) throw UsageError("unknown option '" + std::string(flag) + "'");
     if (i + 1 == args.size()) throw UsageError(std::string(flag) + " needs a value");
@@ -57,6 +70,32 @@ std::vector<std::string_view> parse(int argc, char** argv, std::size_t positiona
   }
   args.resize(positional);
   return args;
+}
+
+std::string from_env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// The control channel: the environment's material unless a flag names another file.
+rdmaring::ControlSecurity security_from_env(bool producer) {
+  return {.ca = from_env("RDMARING_CA"),
+          .certificate = from_env("RDMARING_CERT"),
+          .private_key = from_env("RDMARING_KEY"),
+          .server_name = producer ? from_env("RDMARING_SERVER_NAME") : std::string{}};
+}
+
+// Mutual TLS with all three, or --insecure-plaintext alone; else a usage error saying which.
+void settle_security(rdmaring::ControlSecurity& s, bool plaintext) {
+  const bool any = !s.ca.empty() || !s.certificate.empty() || !s.private_key.empty();
+  if (plaintext) {
+    if (any)
+      throw UsageError("--insecure-plaintext with TLS material (flags or RDMARING_CA/CERT/KEY): say one or the other");
+    s = {.insecure_plaintext = true};
+  } else if (s.ca.empty() || s.certificate.empty() || s.private_key.empty()) {
+    throw UsageError("the control channel is mutual TLS: give --ca, --cert and --key (or RDMARING_CA, RDMARING_CERT, "
+                     "RDMARING_KEY), or --insecure-plaintext");
+  }
 }
 
 int run(int argc, char** argv) {
@@ -71,10 +110,20 @@ int run(int argc, char** argv) {
   const auto threads = [](std::uint32_t& to) {
     return [&to](std::string_view v) { to = parse_number<std::uint32_t>("--threads", v, 1); };
   };
+  const auto text = [](std::string& to) { return [&to](std::string_view v) { to = v; }; };
   if (role == "consumer") {
     pipeline::ConsumerOptions o;
+    o.security = security_from_env(false);
     std::uint64_t until = 0;
-    const auto args = parse(argc, argv, 2, {{"--control-port", port(o.control_port)}, {"--events", events(until)}});
+    bool plaintext = false;
+    const auto args = parse(argc, argv, 2,
+                            {{"--control-port", port(o.control_port)},
+                             {"--events", events(until)},
+                             {"--ca", text(o.security.ca)},
+                             {"--cert", text(o.security.certificate)},
+                             {"--key", text(o.security.private_key)}},
+                            &plaintext);
+    settle_security(o.security, plaintext);
     o.address = args[0];
     o.database = args[1];
     if (until > 0) o.events = until;
@@ -82,10 +131,21 @@ int run(int argc, char** argv) {
   }
   if (role == "producer") {
     pipeline::ProducerOptions o;
+    o.security = security_from_env(true);
+    bool plaintext = false;
     const auto args = parse(argc, argv, 2,
                             {{"--control-port", port(o.control_port)},
                              {"--events", events(o.events)},
-                             {"--threads", threads(o.threads)}});
+                             {"--threads", threads(o.threads)},
+                             {"--ca", text(o.security.ca)},
+                             {"--cert", text(o.security.certificate)},
+                             {"--key", text(o.security.private_key)},
+                             {"--server-name", text(o.security.server_name)}},
+                            &plaintext);
+    if (plaintext && !o.security.server_name.empty())
+      throw UsageError(
+          "--insecure-plaintext with --server-name (or RDMARING_SERVER_NAME): plain TCP checks no certificate");
+    settle_security(o.security, plaintext);
     o.address = args[0];
     o.state = args[1];
     return pipeline::run_producer(o);

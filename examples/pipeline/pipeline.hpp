@@ -2,6 +2,8 @@
 // options, and the roles' entry points (consumer.cpp, producer.cpp, check.cpp).
 #pragma once
 
+#include <rdmaring/control_security.hpp>
+
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -46,6 +48,7 @@ struct ConsumerOptions {
   std::string address;
   std::filesystem::path database;
   std::uint16_t control_port = kDefaultControlPort;
+  rdmaring::ControlSecurity security;  // mutual TLS unless insecure_plaintext
   std::optional<std::uint64_t> events;  // stop once this many are stored and every session ended
 };
 
@@ -53,6 +56,7 @@ struct ProducerOptions {
   std::string address;
   std::filesystem::path state;  // the credentials and the journal live here
   std::uint16_t control_port = kDefaultControlPort;
+  rdmaring::ControlSecurity security;  // mutual TLS unless insecure_plaintext; server_name: the owner's
   std::uint64_t events = 20000;
   std::uint32_t threads = 4;
 };

@@ -223,6 +223,24 @@ rdmaring::Result<void> recover_until_back(rdmaring::Producer& producer) {
   }
 }
 
+// Attaches, or rejoins from the saved credentials, until the owner answers: a consumer that is
+// restarting refuses or drops the control connection for a while, and a new consumer rejects
+// the QP of a grant its predecessor made. The credentials are read again before each try: a
+// rejoin that got its grant but not its QP moved the session on.
+rdmaring::Producer open_until_back(const rdmaring::ProducerOptions& options, const std::filesystem::path& credentials) {
+  for (std::uint32_t attempt = 1;; ++attempt) {
+    try {
+      const auto saved = load_credentials(credentials);
+      return saved ? rdmaring::Producer::rejoin(options, *saved) : rdmaring::Producer::attach(options);
+    } catch (const rdmaring::SetupError& e) {
+      const bool owner_away = e.error() == rdmaring::errc::control_failure || e.error() == rdmaring::errc::timed_out ||
+                              e.error() == rdmaring::errc::verbs_failure;
+      if (!owner_away || attempt == kRecoverAttempts) throw;
+      std::this_thread::sleep_for(kRecoverInterval);
+    }
+  }
+}
+
 int fail(std::string_view what, const rdmaring::Error& e) {
   std::cerr << "pipeline producer: " << what << ": " << e.message() << '\n';
   return 1;
@@ -233,7 +251,7 @@ int fail(std::string_view what, const rdmaring::Error& e) {
 int run_producer(const ProducerOptions& o) {
   std::filesystem::create_directories(o.state);
   const auto credentials_file = o.state / "credentials";
-  rdmaring::ProducerOptions options{.address = o.address, .control_port = o.control_port};
+  rdmaring::ProducerOptions options{.address = o.address, .control_port = o.control_port, .security = o.security};
   // Heartbeats every 200 ms: with its ring full a producer posts nothing, and only they tell it
   // soon that the owner died.
   options.heartbeat_interval = 200ms;
@@ -242,7 +260,7 @@ int run_producer(const ProducerOptions& o) {
     save_credentials(credentials_file, c);
   };
   const auto saved = load_credentials(credentials_file);
-  rdmaring::Producer producer = saved ? rdmaring::Producer::rejoin(options, *saved) : rdmaring::Producer::attach(options);
+  rdmaring::Producer producer = open_until_back(options, credentials_file);
   Journal journal(o.state / "journal", !saved);
   // Everything below the owner's next sequence was delivered; everything from it on is sent now,
   // whatever an earlier process had sent under those sequences.

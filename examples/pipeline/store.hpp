@@ -14,14 +14,17 @@
 
 namespace pipeline {
 
-// sessions: one row per session the consumer's owner granted: the secret and the sequence after
-// the last event stored (RingOwner's DurableSession), and why it ended, once it has.
+// sessions: one row per session the consumer's owner granted: its durable record (the secret,
+// whose it is, the lowest epoch it may resume from: RingOwner's SessionRecord, upserted) and the
+// sequence after the last event stored (with the record, RingOwner's DurableSession), and why it
+// ended, once it has.
 // events: one row per delivery, in the order they were stored. Deliberately no unique key on
 // (session, sequence) or (source, idx): a record delivered twice would be stored twice, and the
 // check would see it, rather than a constraint hiding it.
 inline constexpr std::string_view kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS sessions(
-  id INTEGER PRIMARY KEY, secret BLOB NOT NULL, next_sequence INTEGER NOT NULL, closed TEXT);
+  id INTEGER PRIMARY KEY, secret BLOB NOT NULL, identity TEXT NOT NULL, min_epoch INTEGER NOT NULL,
+  next_sequence INTEGER NOT NULL, closed TEXT);
 CREATE TABLE IF NOT EXISTS events(
   session INTEGER NOT NULL, sequence INTEGER NOT NULL, source INTEGER NOT NULL, idx INTEGER NOT NULL,
   account INTEGER NOT NULL, amount_cents INTEGER NOT NULL, memo TEXT NOT NULL);

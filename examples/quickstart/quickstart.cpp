@@ -2,7 +2,9 @@
 // and a producer that sends them, in two processes (README.md next to this file).
 //   quickstart owner ADDRESS [CONTROL_PORT]      serve until 1000 records came and their producer left
 //   quickstart producer ADDRESS [CONTROL_PORT]   send 1000 records, then detach
-// CONTROL_PORT: 7471 by default; an owner given 0 takes a free one and prints it.
+// CONTROL_PORT: 7471 by default; an owner given 0 takes a free one and prints it. The control
+// channel is mutual TLS: RDMARING_CA, RDMARING_CERT and RDMARING_KEY name the PEM files, and a
+// producer checks the owner's certificate for RDMARING_SERVER_NAME (default: ADDRESS).
 // README.md's "Using it" code block is the region between the two [quickstart] markers, line for
 // line: the unit test examples_readme_quickstart_in_step fails when they differ.
 #include <charconv>
@@ -15,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <span>
@@ -22,6 +25,13 @@
 #include <string_view>
 
 using namespace std::chrono_literals;
+
+// The control channel is mutual TLS: the CA that signed both sides' certificates, and this side's
+// certificate and key, PEM files named by RDMARING_CA, RDMARING_CERT and RDMARING_KEY.
+rdmaring::ControlSecurity tls_from_env() {
+  const auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v ? v : ""); };
+  return {.ca = env("RDMARING_CA"), .certificate = env("RDMARING_CERT"), .private_key = env("RDMARING_KEY")};
+}
 
 constexpr std::uint64_t kRecords = 1000;
 
@@ -36,7 +46,8 @@ int fail(std::string_view what, const rdmaring::Error& e) {
 
 // The service that owns the rings.
 int run_owner(const std::string& address, std::uint16_t control_port) {
-  auto owner = rdmaring::RingOwner::start({.address = address, .control_port = control_port});
+  auto owner =
+      rdmaring::RingOwner::start({.address = address, .control_port = control_port, .security = tls_from_env()});
   std::cout << "owner: listening on " << address << " port " << owner->control_port() << std::endl;
   std::uint64_t received = 0;
   // The producer's detach waits for the owner to release its last records: poll until it is gone.
@@ -57,7 +68,10 @@ int run_owner(const std::string& address, std::uint16_t control_port) {
 
 // A producer, anywhere that reaches the owner.
 int run_producer(const std::string& address, std::uint16_t control_port) {
-  auto producer = rdmaring::Producer::attach({.address = address, .control_port = control_port});
+  rdmaring::ProducerOptions options{.address = address, .control_port = control_port, .security = tls_from_env()};
+  // The name the owner's certificate carries, where it is not the address (the test PKI's: rdmaring-owner).
+  if (const char* name = std::getenv("RDMARING_SERVER_NAME")) options.security.server_name = name;
+  auto producer = rdmaring::Producer::attach(options);
   // Zero-copy: claim() lends space in the registered staging buffer (the ring is empty yet, so it
   // fits at once); the record is built there and goes out as it is once committed.
   const std::string first = record_text(0);

@@ -29,17 +29,29 @@
  *   MAXREC        positions (records) the producer may commit, over all connections
  *   MAXDROP       connection drops, each followed by a resume in epoch + 1
  *   NO_P4, NO_P8  leave out the P4 (P8) assertions, to see what else would break
- *   PROBE_WINDOW  (SESSION) a probe: assert that no replay admitted in the retry window fences the
- *                 producer's live QP (it must fail: the window is reached)
+ *   PROBE_WINDOW  (SESSION) a probe: assert that no late request admitted in the retry window
+ *                 fences the producer's live QP (it must fail: the window is reached)
  *   SESSION       1 = connections go through the ring owner's session table (sessions.md): the
  *                 producer's resume request, the owner's fence and grant (table.resume, fence,
  *                 begin_epoch), the grant's reply (which may be lost), the producer's resume(),
  *                 its connect request (table.admit_connect: the current epoch only), the owner's
  *                 ESTABLISHED (on_connected, which ends the retry window); old control messages
- *                 replayed at any step. 0 = one atomic resume step, as in runs 1-17
- *   MAXREPLAY     (SESSION) replayed control messages: a resume or a connect request captured in
- *                 an older epoch, offered to the owner at any step
- *   MAXLOST       (SESSION) resume replies lost on the way to the producer
+ *                 at any step. Protocol v4's replay check: every control connection has its own
+ *                 nonce (the owner's hello), every resume carries it and a counter, and the owner
+ *                 refuses one whose nonce is not its connection's or whose counter does not
+ *                 exceed the last it accepted there (badProof). 0 = one atomic resume step, as in
+ *                 runs 1-17
+ *   MAXREPLAY     (SESSION) old control messages, per run: a resume request of the producer's own
+ *                 arriving late over the connection it was sent on (LATE), a resume captured in
+ *                 any epoch (the current one included) replayed by a third party, over its own
+ *                 connection or injected into the producer's, or a connect request captured in an
+ *                 older epoch, offered to the owner at any step
+ *   LATE          (SESSION) 1 = one of the old messages may be a late resume request of the
+ *                 producer's own (its call timed out, the client dropped that connection): its
+ *                 nonce and counter are right for the connection it arrives on; 0 = only third
+ *                 parties' replays and old connect requests
+ *   MAXLOST       (SESSION) resume replies lost on the way to the producer (the call times out:
+ *                 the producer's next call goes over a new connection, with a fresh nonce)
  *   FALLBACK      (SESSION) 1 = a producer whose resume is refused as stale asks again from each
  *                 earlier epoch it can sign for, newest first; 0 = only from its core's epoch, as
  *                 Producer::recover does, and it gives up when refused
@@ -49,6 +61,10 @@
  *   RETRY_RANGE   (SESSION, a proposed rule) while resuming, the table admits a resume of any epoch
  *                 from U to the current one, not only U and the current one: the epochs granted
  *                 by earlier retries, which the producer may hold
+ *   NO_NONCE      (SESSION, mutant) the owner does not compare a message's nonce with its
+ *                 connection's (protocol v3's proofs, which bind no nonce, with v4's counter)
+ *   NO_COUNTER    (SESSION, mutant) the owner does not compare a message's counter with the last
+ *                 one it accepted on the connection
  *   SLEEP         1 = the ring owner may sleep (the wake-up protocol of wakeup.md, protocol v3;
  *                 README.md §1.2). When it sees nothing pending (nothing unread, tail MR
  *                 unchanged, CQ empty, no credit owed, every record it read released): mode tail:
@@ -89,6 +105,8 @@
  *   P9 (SESSION) a control message of an epoch the session left (older than the current one and
  *      not the unconfirmed one) changes nothing: not the ring, the consumer's positions, the
  *      epoch, the session's state or the producer's link.
+ *   P10 (SESSION) a resume replayed by a third party, captured in any epoch (the current one
+ *      included), is never admitted: the replayer never receives a grant, never fences an epoch.
  *   With SLEEP, P6 is also the lost-wake-up property: an owner asleep is blocked, so an end state
  *   where it sleeps while something published is undelivered fails P6.
  */
@@ -137,6 +155,15 @@
 #endif
 #ifndef MAXLOST
 #define MAXLOST 1
+#endif
+#ifndef LATE
+#define LATE 1
+#endif
+#ifndef NO_NONCE
+#define NO_NONCE 0
+#endif
+#ifndef NO_COUNTER
+#define NO_COUNTER 0
 #endif
 #ifndef FALLBACK
 #define FALLBACK 1
@@ -316,6 +343,21 @@ byte rp_pos, rp_rel; /* ... and its resume point */
 byte p_cn = 0;       /* the producer's connect request on its way (its epoch; 0 = none) */
 bit  p_stuck = 0;    /* every resume the producer may send was refused: it gave up */
 byte replays = 0;
+/* Protocol v4's control connections (sessions.md §2, §3). The owner's hello gives every new
+ * connection a fresh nonce (here the next value of a counter: fresh is all that matters); every
+ * resume carries a counter, per connection, from 1, and its proof covers the counter and the
+ * connection's nonce. The owner checks the proof with its own connection's nonce; the model
+ * carries the nonce the proof was made for, and compares it. The owner keeps, per connection,
+ * its nonce and the last counter it accepted there. */
+byte nonces = 1;     /* the last nonce the owner gave out; the producer's first connection has 1 */
+byte p_nc = 1;       /* producer: the nonce of its control connection ... */
+byte p_ctr = 0;      /* ... and the counter of the last message it sent on it */
+byte o_pn = 1;       /* owner: the nonce it gave the producer's connection ... */
+byte o_pl = 0;       /* ... and the last counter it accepted on that connection */
+bit  g_rgrant = 0;   /* ghost: the replayer (a third party) holds a grant */
+/* A connection a third party opened: its own fresh nonce, which no producer connection has
+ * (a constant above every producer nonce: 1 + MAXLOST at most), and no counter accepted on it */
+#define RNONCE 200
 byte lost = 0;
 #define PEP p_ep
 #define CREDIT_LINK (up && t_st == T_CONN)
@@ -758,6 +800,12 @@ done:
 #define ADMITS_RESUME(e)  ((e) == epoch || (t_unconf != 0 && (e) == t_unconf))
 #define ADMITS_CONNECT(e) ((e) == epoch && t_st == T_WAIT)
 #endif
+/* The owner's replay check (protocol v4, sessions.md §3): a message proved for nonce n, counter k,
+ * arriving over a connection whose nonce is cn and where the last counter accepted is cl, passes
+ * only if n = cn and k > cl; else badProof, before its epoch is looked at. Accepted, k becomes
+ * the connection's last. NO_NONCE, NO_COUNTER: the mutants leave out one comparison each. */
+#define FRESH(n, k, cn, cl) ((NO_NONCE || (n) == (cn)) && (NO_COUNTER || (k) > (cl)))
+
 /* The rules (sessions.md §7): a message of an epoch older than the current one, other than U,
  * is stale (RETRY_RANGE: older than U). U by the rules is g_unconf, which no mutant changes. */
 #if RETRY_RANGE
@@ -801,6 +849,7 @@ inline owner_resume(e) {
 
 active proctype connection() {
   byte k, e, s_mark, s_head, s_rel, s_cred, s_ep, s_st, s_un;
+  byte mn, mc, cn, cl;  /* a replay's nonce and counter; its connection's nonce and last counter */
   short s_ring;
   bit s_up;
   /* Runs that never drop, or never replay, so that the watchdog can see a stall: a drop or a
@@ -822,23 +871,34 @@ end:
        :: else -> skip
        fi }
   :: atomic { /* Producer::recover(): a resume request signed for its core's epoch (with FALLBACK,
-               * refused, for each earlier one); the owner answers it at once */
+               * refused, for each earlier one), each over its control connection with its next
+               * counter; the owner answers it at once: the replay check, then the table */
        !up && rp_ep == 0 && p_cn == 0 && !p_stuck ->
        e = p_ep;
        do
-       :: ADMITS_RESUME(e) ->
-            owner_resume(e);
-            rp_ep = epoch; rp_pos = c_head; rp_rel = c_rel;
-            break
-       :: else ->
-            if
-            :: FALLBACK && e > 1 -> e--
-            :: else -> p_stuck = 1; break  /* staleEpoch: the session is lost to it */
-            fi
+       :: p_ctr++;
+          if
+          :: FRESH(p_nc, p_ctr, o_pn, o_pl) -> o_pl = p_ctr
+          :: else -> p_stuck = 1; break    /* badProof: never (its own nonce, its next counter) */
+          fi;
+          if
+          :: ADMITS_RESUME(e) ->
+               owner_resume(e);
+               rp_ep = epoch; rp_pos = c_head; rp_rel = c_rel;
+               break
+          :: else ->
+               if
+               :: FALLBACK && e > 1 -> e--
+               :: else -> p_stuck = 1; break  /* staleEpoch: the session is lost to it */
+               fi
+          fi
        od;
        e = 0 }
-  :: atomic { rp_ep != 0 && lost < MAXLOST -> /* the reply is lost */
-       rp_ep = 0; rp_pos = 0; rp_rel = 0; lost++ }
+  :: atomic { /* the reply is lost: the call times out, the control client drops the connection,
+               * and its next call opens a new one, whose hello gets a fresh nonce */
+       rp_ep != 0 && lost < MAXLOST ->
+       rp_ep = 0; rp_pos = 0; rp_rel = 0; lost++;
+       nonces++; p_nc = nonces; p_ctr = 0; o_pn = nonces; o_pl = 0 }
   :: atomic { /* the grant arrives: ProducerCore::resume(at), then a connect request for its epoch */
        rp_ep != 0 ->
        assert(rp_ep > p_ep && rp_rel <= rp_pos && p_rel <= rp_pos && rp_pos <= p_pub);   /* P7 */
@@ -867,8 +927,15 @@ end:
        :: !KEEP_UNCONF -> t_unconf = 0
        :: else -> skip
        fi }
-  :: atomic { /* a resume request captured in an older epoch is replayed */
-       replays < MAXREPLAY && epoch > 1 ->
+  :: atomic { /* LATE: a resume request of the producer's own, naming an older epoch, arrives late:
+               * its call timed out, the control client dropped that connection and asked again
+               * over a new one (sessions.md §2.1), but the owner still reads the first. Its nonce
+               * is that of the connection it arrives on and its counter is above every one the
+               * owner accepted there (the call that timed out was the last on it): the replay
+               * check passes it, and the table decides, as it would the producer's. (The timeout
+               * and the new connection behind it are left implicit: the producer's own requests
+               * pass the check on whichever connection they use.) */
+       LATE && replays < MAXREPLAY && epoch > 1 ->
        replays++;
        e = 1;
        do
@@ -877,16 +944,48 @@ end:
        od;
        SNAPSHOT;
        if
-       :: ADMITS_RESUME(e) -> owner_resume(e)  /* the grant goes to the replayer */
+       :: ADMITS_RESUME(e) -> owner_resume(e)  /* the grant goes back over a dropped connection */
        :: else -> skip
        fi;
        assert(!STALE(e) || UNCHANGED);      /* P9 */
 #ifdef PROBE_WINDOW
-       /* A probe, not a property: it fails once a replay admitted in the retry window fences a
-        * QP the producer is using (the run that shows the window is reached, run 24) */
+       /* A probe, not a property: it fails once a late request admitted in the retry window
+        * fences a QP the producer is using (the run that shows the window is reached, run 24) */
        assert(!(s_up && s_ep != epoch));
 #endif
        e = 0; s_ring = 0; s_mark = 0; s_head = 0; s_rel = 0; s_cred = 0; s_ep = 0; s_st = 0; s_un = 0; s_up = 0 }
+  :: atomic { /* a third party replays a resume request it captured on the producer's connection:
+               * that connection's nonce and a counter the owner accepted there, naming any epoch
+               * up to the current one. (One of the current epoch is one it took off the wire
+               * before the owner read it; letting it name any epoch only makes it stronger.) It
+               * sends it over its own connection (nonce RNONCE, no counter accepted yet; the
+               * captured nonce is that of one of the producer's connections, none of which is
+               * RNONCE), or injects it into the producer's connection it was captured on (plain
+               * TCP; the last counter accepted there: an earlier one fails the same way). The
+               * owner's replay check, then the table. (A counter that passes would become its
+               * connection's last; the model keeps none: the replayer's connection carries this
+               * one message, and an injected counter is never above the producer's last.) */
+       replays < MAXREPLAY && epoch > 1 ->
+       replays++;
+       e = 1;
+       do
+       :: break
+       :: e < epoch -> e++
+       od;
+       SNAPSHOT;
+       if
+       :: mn = p_nc; mc = 1; cn = RNONCE; cl = 0          /* over its own connection */
+       :: o_pl > 0 -> mn = p_nc; mc = o_pl; cn = o_pn; cl = o_pl   /* into the producer's */
+       fi;
+       if
+       :: FRESH(mn, mc, cn, cl) && ADMITS_RESUME(e) ->
+            owner_resume(e); g_rgrant = 1   /* fenced; the grant goes to the replayer */
+       :: else -> skip                      /* badProof (a replay), or staleEpoch */
+       fi;
+       assert(!g_rgrant);                   /* P10 */
+       assert(!STALE(e) || UNCHANGED);      /* P9 */
+       e = 0; mn = 0; mc = 0; cn = 0; cl = 0; s_ring = 0; s_mark = 0; s_head = 0; s_rel = 0;
+       s_cred = 0; s_ep = 0; s_st = 0; s_un = 0; s_up = 0 }
   :: atomic { /* a connect request captured in an older epoch is replayed */
        replays < MAXREPLAY && epoch > 1 ->
        replays++;

@@ -33,6 +33,9 @@ class Category final : public std::error_category {
       case errc::owner_lost: return "ring owner lost";
       case errc::closed: return "closed";
       case errc::system_failure: return "system call failed";
+      case errc::unauthenticated: return "not authenticated";
+      case errc::unauthorized: return "identity not authorized";
+      case errc::quota_exceeded: return "identity's quota exceeded";
     }
     return "unknown rdmaring error";
   }

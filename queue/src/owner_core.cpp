@@ -1,5 +1,7 @@
 #include "rdmaring/owner_core.hpp"
 
+#include <fnmatch.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -11,6 +13,16 @@ Result<void> OwnerConfig::validate() const {
   if (max_sessions == 0) return make_error(errc::bad_config, "max_sessions 0");
   if (quantum_bytes == 0) return make_error(errc::bad_config, "quantum_bytes 0");
   if (lease.count() < 0) return make_error(errc::bad_config, "negative lease");
+  for (std::size_t i = 0; i < allow.size(); ++i) {
+    const IdentityRule& r = allow[i];
+    const std::string rule = "rule " + std::to_string(i + 1) + " ('" + r.pattern + "')";
+    if (r.pattern.empty()) return make_error(errc::bad_config, rule + ": empty pattern");
+    // Below one ring the rule would admit nothing while it seems to admit its identities: to keep
+    // them out, leave them out of the rules.
+    if (r.max_ring_bytes != 0 && r.max_ring_bytes < ring_bytes)
+      return make_error(errc::bad_config, rule + ": max_ring_bytes " + std::to_string(r.max_ring_bytes) +
+                                              " below one ring of " + std::to_string(ring_bytes));
+  }
   return success();
 }
 
@@ -65,6 +77,9 @@ void OwnerCore::end(SessionId id, CloseReason reason, std::string message) {
   if (it == sessions_.end()) return;
   counters_.closed_rings += it->second.core.counters();
   sessions_.erase(it);
+  // The adapter reports the end after the records it took: one still pending here would bring
+  // the ended session's record back after the application dropped it.
+  std::erase_if(records_, [id](const SessionRecord& r) { return r.session == id; });
   changed();
   closed_.push_back(ClosedSession{id, reason, std::move(message)});
 }
@@ -88,15 +103,55 @@ std::vector<SessionId> OwnerCore::take_broken() { return std::exchange(broken_, 
 
 // ---- the control channel ------------------------------------------------------------------------
 
-Result<void> OwnerCore::can_attach() const {
+Result<void> OwnerCore::admit(std::string_view identity) {
+  const auto& rules = config_.allow;
+  if (rules.empty()) return success();
+  const std::string name(identity);
+  const auto rule = std::find_if(rules.begin(), rules.end(), [&name](const IdentityRule& r) {
+    return fnmatch(r.pattern.c_str(), name.c_str(), 0) == 0;
+  });
+  const std::string who = "identity '" + name + "'";
+  if (rule == rules.end()) {
+    ++counters_.refused_unauthorized;
+    return make_error(errc::unauthorized,
+                      who + " matches none of the " + std::to_string(rules.size()) + " allow rules");
+  }
+  const std::string by = "rule " + std::to_string(rule - rules.begin() + 1) + " ('" + rule->pattern + "') allows ";
+  // Every session holds one ring of ring_bytes: its sessions are its ring bytes.
+  const std::uint64_t held = table_.held(identity);
+  if (rule->max_sessions != 0 && held >= rule->max_sessions) {
+    ++counters_.refused_quota;
+    return make_error(errc::quota_exceeded,
+                      who + " holds " + std::to_string(held) + " sessions; " + by + std::to_string(rule->max_sessions));
+  }
+  if (rule->max_ring_bytes != 0 && (held + 1) * config_.ring_bytes > rule->max_ring_bytes) {
+    ++counters_.refused_quota;
+    return make_error(errc::quota_exceeded, who + " holds " + std::to_string(held * config_.ring_bytes) +
+                                                " ring bytes; " + by + std::to_string(rule->max_ring_bytes) +
+                                                ", not one more ring of " + std::to_string(config_.ring_bytes));
+  }
+  return success();
+}
+
+void OwnerCore::record(const SessionEntry& s, std::uint64_t min_epoch) {
+  records_.push_back(SessionRecord{s.id, s.secret, s.identity, min_epoch});
+}
+
+std::vector<SessionRecord> OwnerCore::take_records() { return std::exchange(records_, {}); }
+
+Result<void> OwnerCore::can_attach(std::string_view identity) {
+  BOOST_OUTCOME_TRYV(admit(identity));
   if (table_.size() >= config_.max_sessions)
     return make_error(errc::no_capacity, "the owner serves " + std::to_string(table_.size()) + " sessions, its maximum");
   return success();
 }
 
-Result<SessionEntry> OwnerCore::attach(std::span<const std::byte> ring, Clock::time_point now) {
-  BOOST_OUTCOME_TRY(entry, table_.attach(now));
+Result<SessionEntry> OwnerCore::attach(std::string_view identity, std::span<const std::byte> ring,
+                                       Clock::time_point now) {
+  BOOST_OUTCOME_TRYV(admit(identity));
+  BOOST_OUTCOME_TRY(entry, table_.attach(identity, now));
   add(entry.id, ring, ResumePoint{}, 0);
+  record(entry, 1);
   return entry;
 }
 
@@ -137,7 +192,8 @@ Result<ResumePoint> OwnerCore::restore(const Credentials& who, const DurableSess
   if (released % wire::kRecordAlign != 0)
     return make_error(errc::invalid_argument,
                       "resume: released " + std::to_string(released) + " is not a record boundary");
-  BOOST_OUTCOME_TRY(epoch, table_.restore(who, durable.secret, now));
+  BOOST_OUTCOME_TRYV(admit(who.identity));
+  BOOST_OUTCOME_TRY(epoch, table_.restore(who, durable.secret, durable.identity, durable.min_epoch, now));
   if (first > durable.next_sequence) {
     // The producer no longer holds records the application's durable record says it has not
     // processed: the old owner released them. Delivery goes on; the gap is reported.
@@ -148,6 +204,7 @@ Result<ResumePoint> OwnerCore::restore(const Credentials& who, const DurableSess
   }
   const ResumePoint at{epoch, released, released, first};
   add(who.session, ring, at, durable.next_sequence);
+  record(*table_.find(who.session), who.epoch);
   return at;
 }
 
@@ -196,7 +253,12 @@ void OwnerCore::on_established(SessionId id) noexcept {
   Session* s = find(id);
   if (!s || !s->link || s->link->dead) return;
   s->link->established = true;
+  const bool ends_window = table_.find(id)->unconfirmed.has_value();
   table_.on_connected(id);
+  if (ends_window) {
+    const SessionEntry& e = *table_.find(id);
+    record(e, e.epoch);
+  }
   changed();
 }
 

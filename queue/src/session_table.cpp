@@ -1,6 +1,25 @@
 #include "rdmaring/session_table.hpp"
 
+#include <algorithm>
+
 namespace rdmaring {
+namespace {
+
+const char* to_string(ProofPurpose p) noexcept {
+  switch (p) {
+    case ProofPurpose::connect: return "connect";
+    case ProofPurpose::resume: return "resume";
+    case ProofPurpose::heartbeat: return "heartbeat";
+    case ProofPurpose::detach: return "detach";
+  }
+  return "?";
+}
+
+// A connect request travels in rdma_cm's private data, on no control channel: its proof binds
+// none and it names no identity. Every other message comes over a control connection.
+bool on_channel(ProofPurpose p) noexcept { return p != ProofPurpose::connect; }
+
+}  // namespace
 
 const char* to_string(SessionState s) noexcept {
   switch (s) {
@@ -15,7 +34,7 @@ const char* to_string(SessionState s) noexcept {
 SessionTable::SessionTable(std::size_t max_sessions, std::chrono::nanoseconds lease) noexcept
     : max_sessions_(max_sessions), lease_(lease) {}
 
-Result<SessionEntry> SessionTable::attach(Clock::time_point now) {
+Result<SessionEntry> SessionTable::attach(std::string_view identity, Clock::time_point now) {
   if (sessions_.size() >= max_sessions_) {
     ++counters_.refused_capacity;
     return make_error(errc::no_capacity, "attach: " + std::to_string(max_sessions_) + " sessions already");
@@ -24,22 +43,49 @@ Result<SessionEntry> SessionTable::attach(Clock::time_point now) {
   do s.id = random_session_id();
   while (sessions_.count(s.id));
   s.secret = random_secret();
+  s.identity = identity;
   s.last_seen = now;
   sessions_.emplace(s.id, s);
   ++counters_.attaches;
   return s;
 }
 
+// Without a binding a proof would be the same on every connection: any captured copy would do.
+Result<void> SessionTable::bound(const Credentials& who, ProofPurpose purpose) {
+  if (!on_channel(purpose) || who.binding) return success();
+  ++counters_.refused_proof;
+  return make_error(errc::unauthenticated,
+                    std::string(to_string(purpose)) + " without a channel binding: call hello first");
+}
+
+// The proof first, then the identity: a caller who cannot prove learns nothing of whose session
+// it names.
+Result<void> SessionTable::prove(const Credentials& who, ProofPurpose purpose, const SessionSecret& secret,
+                                 std::string_view identity) {
+  const bool proven = on_channel(purpose)
+                          ? proof_matches(secret, purpose, who.session, who.epoch, *who.binding, who.proof)
+                          : proof_matches(secret, purpose, who.session, who.epoch, who.proof);
+  if (!proven) {
+    ++counters_.refused_proof;
+    return make_error(errc::bad_proof, std::string(to_string(purpose)) + " proof for session " +
+                                           std::to_string(who.session) + " epoch " + std::to_string(who.epoch));
+  }
+  if (on_channel(purpose) && who.identity != identity) {
+    ++counters_.refused_identity;
+    return make_error(errc::unauthorized, "session " + std::to_string(who.session) + " belongs to '" +
+                                              std::string(identity) + "', not '" + std::string(who.identity) + "'");
+  }
+  return success();
+}
+
 Result<SessionEntry*> SessionTable::verify(const Credentials& who, ProofPurpose purpose) {
+  BOOST_OUTCOME_TRYV(bound(who, purpose));
   const auto it = sessions_.find(who.session);
   if (it == sessions_.end()) {
     ++counters_.refused_unknown;
     return make_error(errc::unknown_session, "session " + std::to_string(who.session));
   }
-  if (!proof_matches(it->second.secret, purpose, who.session, who.epoch, who.proof)) {
-    ++counters_.refused_proof;
-    return make_error(errc::bad_proof, "session " + std::to_string(who.session) + " epoch " + std::to_string(who.epoch));
-  }
+  BOOST_OUTCOME_TRYV(prove(who, purpose, it->second.secret, it->second.identity));
   return &it->second;
 }
 
@@ -71,18 +117,24 @@ Result<std::uint64_t> SessionTable::resume(const Credentials& who, Clock::time_p
   return s->epoch;
 }
 
-Result<std::uint64_t> SessionTable::restore(const Credentials& who, const SessionSecret& secret, Clock::time_point now) {
+Result<std::uint64_t> SessionTable::restore(const Credentials& who, const SessionSecret& secret,
+                                            std::string_view identity, std::uint64_t min_epoch, Clock::time_point now) {
+  BOOST_OUTCOME_TRYV(bound(who, ProofPurpose::resume));
   if (sessions_.count(who.session))
     return make_error(errc::invalid_argument, "restore: session " + std::to_string(who.session) + " is known");
-  if (!proof_matches(secret, ProofPurpose::resume, who.session, who.epoch, who.proof)) {
-    ++counters_.refused_proof;
-    return make_error(errc::bad_proof, "restore of session " + std::to_string(who.session));
+  BOOST_OUTCOME_TRYV(prove(who, ProofPurpose::resume, secret, identity));
+  // The restarted owner remembers no epoch; the durable floor is what keeps a resume captured
+  // before the last confirmed epoch from being restored.
+  if (who.epoch < min_epoch) {
+    ++counters_.refused_stale;
+    return make_error(errc::stale_epoch, "resume from epoch " + std::to_string(who.epoch) +
+                                             " below the durable floor " + std::to_string(min_epoch));
   }
   if (sessions_.size() >= max_sessions_) {
     ++counters_.refused_capacity;
     return make_error(errc::no_capacity, "restore: " + std::to_string(max_sessions_) + " sessions already");
   }
-  SessionEntry s{who.session, secret, who.epoch + 1, SessionState::resuming, who.epoch, now};
+  SessionEntry s{who.session, secret, std::string(identity), who.epoch + 1, SessionState::resuming, who.epoch, now};
   sessions_.emplace(s.id, s);
   ++counters_.restores;
   return s.epoch;
@@ -149,6 +201,11 @@ std::vector<SessionId> SessionTable::expire(Clock::time_point now) {
     }
   }
   return gone;
+}
+
+std::size_t SessionTable::held(std::string_view identity) const noexcept {
+  return static_cast<std::size_t>(std::count_if(sessions_.begin(), sessions_.end(),
+                                                [identity](const auto& kv) { return kv.second.identity == identity; }));
 }
 
 const SessionEntry* SessionTable::find(SessionId id) const noexcept {

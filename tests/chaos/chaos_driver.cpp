@@ -9,7 +9,10 @@
 //
 // rdmaring-chaos [--events N] [--seed S] [--producers P] [--mode imm|tail] [--out DIR]
 //                [--schedule FILE | --regressions FILE] [--disable KIND,...] [--only KIND,...]
-//                [--rate-hz R] [--recover-timeout S] [--replay-command TEXT]
+//                [--rate-hz R] [--recover-timeout S] [--replay-command TEXT] [--insecure-plaintext 1]
+// The control channel is mutual TLS with the test PKI (tests/pki: the owner's certificate, the
+// producers' producer-a, the probe's too) unless --insecure-plaintext 1 runs it plain; the probe
+// speaks TLS only, so that leaves stale-rkey and replay out.
 // --regressions FILE runs each seed the file lists (README.md: "Regression seeds") with the same
 // options, then the run's own seed; results go to OUT/seed-S per run.
 // Kinds: producer-kill owner-restart link-short link-long netem qp-error stale-rkey replay
@@ -152,6 +155,7 @@ struct Config {
   std::string replay_command;
   bool keep_logs = false;  // copy the processes' logs to the out dir also when the run passes
   bool show_netem = false;  // note `tc qdisc show` of each netem event (checks the netlink encoding)
+  bool plaintext = false;   // the control channel plain TCP instead of mutual TLS
   std::string owner_bin = RDMARING_CHAOS_OWNER, producer_bin = RDMARING_SESSION_PRODUCER,
               probe_bin = RDMARING_CHAOS_PROBE, testhosts = RDMARING_TESTHOSTS, bind_shim = RDMARING_CHAOS_BIND_SHIM;
 };
@@ -646,10 +650,15 @@ class Run {
 
 void Run::start_owner() {
   ++incarnation_;
-  owner_pid_ = spawn({c_.owner_bin, "--address", owner_addr(), "--control-port", std::to_string(c_.control_port),
-                      "--data-port", std::to_string(c_.data_port), "--dir", work_, "--mode", c_.mode,
-                      "--lease-ms", std::to_string(c_.lease_ms), "--incarnation", std::to_string(incarnation_)},
-                     work_ + "/owner.log");
+  std::vector<std::string> args{c_.owner_bin,  "--address",    owner_addr(),
+                                "--control-port", std::to_string(c_.control_port),
+                                "--data-port",  std::to_string(c_.data_port),
+                                "--dir",        work_,
+                                "--mode",       c_.mode,
+                                "--lease-ms",   std::to_string(c_.lease_ms),
+                                "--incarnation", std::to_string(incarnation_)};
+  if (c_.plaintext) args.insert(args.end(), {"--insecure-plaintext", "1"});
+  owner_pid_ = spawn(args, work_ + "/owner.log");
   const std::string ready = "incarnation " + std::to_string(incarnation_) + ": control";
   bool up = false;
   wait_until(
@@ -663,12 +672,15 @@ void Run::start_owner() {
 }
 
 void Run::start_producer(Producer& p) {
-  p.pid = spawn({c_.producer_bin, "--address", owner_addr(), "--port", std::to_string(c_.control_port),
-                 "--credentials", p.credentials, "--records", "1000000000000", "--source", host_addr(p.index + 1),
-                 "--tag", std::to_string(p.index), "--heartbeat-ms", "200", "--signals", "1", "--log-recoveries", "1",
-                 "--recover-attempts", "600", "--start-attempts", "100", "--rate-hz", std::to_string(c_.rate_hz),
-                 "--detach-retries", "100"},
-                p.log, {"LD_PRELOAD=" + c_.bind_shim, "RDMARING_CHAOS_BIND=" + host_addr(p.index + 1)});
+  // TLS: rdmaring-session-producer presents the test PKI's producer-a.
+  std::vector<std::string> args{c_.producer_bin, "--address", owner_addr(), "--port", std::to_string(c_.control_port),
+                                "--credentials", p.credentials, "--records", "1000000000000", "--source",
+                                host_addr(p.index + 1), "--tag", std::to_string(p.index), "--heartbeat-ms", "200",
+                                "--signals", "1", "--log-recoveries", "1", "--recover-attempts", "600",
+                                "--start-attempts", "100", "--rate-hz", std::to_string(c_.rate_hz),
+                                "--detach-retries", "100"};
+  if (c_.plaintext) args.insert(args.end(), {"--insecure-plaintext", "1"});
+  p.pid = spawn(args, p.log, {"LD_PRELOAD=" + c_.bind_shim, "RDMARING_CHAOS_BIND=" + host_addr(p.index + 1)});
 }
 
 void Run::watch_children() {
@@ -969,7 +981,7 @@ int Run::execute() {
   {
     std::ofstream f(c_.out_dir + "/schedule.txt");
     f << "# rdmaring chaos schedule: seed " << c_.seed << ", " << schedule_.size() << " events, " << c_.producers
-      << " producers, mode " << c_.mode << "\n";
+      << " producers, mode " << c_.mode << ", control channel " << (c_.plaintext ? "plain TCP" : "mutual TLS") << "\n";
     for (const auto& e : schedule_) f << e.line() << "\n";
   }
   say("seed " + std::to_string(c_.seed) + ", " + std::to_string(schedule_.size()) + " events, " +
@@ -1169,7 +1181,8 @@ void Run::audit_and_report(std::uint64_t t_end) {
   // ---- the table ----
   std::ostringstream t;
   t << "\n== rdmaring chaos: seed " << c_.seed << ", " << results_.size() << " of " << schedule_.size() << " events, "
-    << c_.producers << " producers, mode " << c_.mode << ", " << std::fixed << std::setprecision(0)
+    << c_.producers << " producers, mode " << c_.mode << ", " << (c_.plaintext ? "plain TCP" : "mutual TLS") << ", "
+    << std::fixed << std::setprecision(0)
     << static_cast<double>(t_end - t0_) / 1e9 << " s ==\n";
   t << std::left << std::setw(15) << "kind" << std::right << std::setw(7) << "events" << std::setw(12) << "recoveries"
     << std::setw(11) << "ttr p50 ms" << std::setw(11) << "ttr p99 ms" << std::setw(11) << "ttr max ms" << "\n";
@@ -1242,10 +1255,11 @@ void Run::audit_and_report(std::uint64_t t_end) {
     if (from) std::cout << "  ... " << from << " earlier events in the file\n";
     for (std::size_t i = from; i < std::min(shown, schedule_.size()); ++i)
       std::cout << "  " << schedule_[i].line() << "\n";
+    const std::string plain = c_.plaintext ? " --insecure-plaintext 1" : "";
     std::cout << "Replay: " << c_.replay_command << " --seed " << c_.seed << " --events " << schedule_.size()
-              << " --producers " << c_.producers << " --mode " << c_.mode << "\n"
+              << " --producers " << c_.producers << " --mode " << c_.mode << plain << "\n"
               << "    or: " << c_.replay_command << " --schedule " << c_.out_dir << "/schedule.txt --producers "
-              << c_.producers << " --mode " << c_.mode << "\n"
+              << c_.producers << " --mode " << c_.mode << plain << "\n"
               << "Logs: " << c_.out_dir << "/work/ (owner, producers, probe), delivery log kept in " << work_ << "\n";
   }
 }
@@ -1333,10 +1347,15 @@ int main(int argc, char** argv) {
         c.gap_min = std::stoi(v.substr(0, colon));
         c.gap_max = colon == std::string::npos ? c.gap_min : std::stoi(v.substr(colon + 1));
       } else if (k == "--replay-command") c.replay_command = v;
+      else if (k == "--insecure-plaintext") c.plaintext = v == "1";
       else throw std::invalid_argument("unknown option " + k);
     }
     if (c.producers < 1 || c.producers > 200) throw std::invalid_argument("--producers 1..200");
     if (c.mode != "imm" && c.mode != "tail") throw std::invalid_argument("--mode imm|tail");
+    if (c.plaintext && (c.kinds.erase(Kind::stale_rkey) + c.kinds.erase(Kind::replay)) > 0)
+      std::cout << "rdmaring-chaos: --insecure-plaintext 1: the probe speaks mutual TLS only, so stale-rkey and replay "
+                   "are left out"
+                << std::endl;
     if (c.kinds.empty()) throw std::invalid_argument("no kind of fault left");
     if (!regressions_file.empty()) {
       if (!c.schedule_file.empty()) throw std::invalid_argument("--schedule replays one schedule: no --regressions with it");

@@ -2,14 +2,19 @@
 // and starts again. Its durable store is its delivery log (chaos_records.hpp): one entry per
 // record, written in the poll handler before the handler returns, because the owner releases a
 // record (and may tell its producer so) when the handler returns. On start it rebuilds, for the
-// restore callback, every session's secret (from the sessions file written in on_session) and
-// next sequence (from the log), so producers resume across its restart exactly once.
+// restore callback, every session's durable record (secret, identity, min_epoch: the last entry
+// of the sessions file written in on_session) and next sequence (from the log), so producers
+// resume across its restart exactly once, and only from their own identity and epochs.
 //
 // rdmaring-chaos-owner --address A --control-port P --data-port Q --dir DIR
 //                      [--mode imm|tail] [--ring-bytes N] [--lease-ms MS] [--incarnation I]
+//                      [--insecure-plaintext 1]
+// The control channel is mutual TLS with the test PKI's owner certificate (tests/pki), unless
+// --insecure-plaintext 1.
 //
 // DIR/deliveries.log  the delivery log (MAP_SHARED, grown with ftruncate)
-// DIR/sessions        48-byte entries {id, secret, check}, appended in on_session
+// DIR/sessions        128-byte SessionRecord entries {id, secret, min_epoch, identity, check},
+//                     appended in on_session, the last of a session its record (chaos_records.hpp)
 // DIR/owner.sock      audit queries: "Q <session>\n" -> "found=0|1 epoch=E state=S crc=C\n"
 //                     (RingOwner::ring_checksum and the session's epoch and state)
 // DIR/owner-stats.I   the RingOwner's counters, rewritten every 250 ms and at exit
@@ -44,6 +49,7 @@
 #include "chaos_records.hpp"
 #include "rdmaring/idle_strategy.hpp"
 #include "rdmaring/ring_owner.hpp"
+#include "test_pki.hpp"
 
 using namespace rdmaring;
 using namespace std::chrono_literals;
@@ -119,8 +125,10 @@ class DeliveryLog {
 
 struct Durable {
   SessionSecret secret{};
+  std::string identity;
+  std::uint64_t min_epoch = 1;
   std::uint64_t next = 0;
-  bool known = false;  // a secret from the sessions file
+  bool known = false;  // a record from the sessions file
 };
 
 // Counters that other work on the library adds or renames: reported when the RingOwnerStats of
@@ -259,6 +267,7 @@ int main(int argc, char** argv) {
   RingOwnerOptions o;
   o.ring_bytes = 1 << 18;
   o.max_record = 1024;
+  o.security = test_pki::owner();
   std::string dir;
   std::uint64_t incarnation = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -271,6 +280,7 @@ int main(int argc, char** argv) {
     else if (k == "--ring-bytes") o.ring_bytes = std::stoull(v);
     else if (k == "--lease-ms") o.lease = std::chrono::milliseconds(std::stoll(v));
     else if (k == "--incarnation") incarnation = std::stoull(v);
+    else if (k == "--insecure-plaintext" && v == "1") o.security = ControlSecurity{.insecure_plaintext = true};
     else {
       std::cerr << "chaos-owner: unknown option " << k << "\n";
       return 2;
@@ -288,14 +298,32 @@ int main(int argc, char** argv) {
   // ---- durable state left by earlier incarnations ----
   std::mutex m;
   std::unordered_map<SessionId, Durable> durable;
+  // The sessions file: upserts, the last entry of a session its record. A short entry left by a
+  // failed write ends it; it is cut there, so that this incarnation's entries follow the last
+  // good one.
+  std::uint64_t session_entries = 0;
   {
     std::ifstream f(dir + "/sessions", std::ios::binary);
     std::array<std::byte, chaos::kSessionEntrySize> e;
     while (f.read(reinterpret_cast<char*>(e.data()), e.size())) {
-      if (chaos::get32(e.data() + 40) != (crc32c(std::span<const std::byte>(e.data(), 40)) ^ chaos::kLogSalt)) break;
-      Durable& d = durable[chaos::get64(e.data())];
-      std::memcpy(d.secret.data(), e.data() + 8, 32);
+      const auto entry = chaos::decode_session(e.data());
+      if (!entry) break;
+      Durable& d = durable[entry->session];
+      d.secret = entry->secret;
+      d.identity = entry->identity;
+      d.min_epoch = entry->min_epoch;
       d.known = true;
+      ++session_entries;
+    }
+  }
+  {
+    std::error_code ec;
+    const auto good = session_entries * chaos::kSessionEntrySize;
+    if (std::filesystem::exists(dir + "/sessions", ec) && std::filesystem::file_size(dir + "/sessions", ec) > good) {
+      std::cerr << "chaos-owner " << getpid() << ": sessions file cut to its " << session_entries << " good entries"
+                << std::endl;
+      std::filesystem::resize_file(dir + "/sessions", good, ec);
+      if (ec) die("cutting the sessions file: " + ec.message());
     }
   }
   DeliveryLog log(dir + "/deliveries.log");
@@ -307,16 +335,19 @@ int main(int argc, char** argv) {
   const int sessions_fd = ::open((dir + "/sessions").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (sessions_fd < 0) die("open sessions file");
 
-  o.on_session = [&](SessionId id, const SessionSecret& secret) {
+  o.on_session = [&](const SessionRecord& r) {
     std::array<std::byte, chaos::kSessionEntrySize> e{};
-    chaos::put64(e.data(), id);
-    std::memcpy(e.data() + 8, secret.data(), 32);
-    chaos::put32(e.data() + 40, crc32c(std::span<const std::byte>(e.data(), 40)) ^ chaos::kLogSalt);
-    // Durable before the producer hears of the session: the grant is sent after this returns.
+    if (!chaos::encode(chaos::SessionEntry{r.session, r.secret, r.min_epoch, r.identity}, e.data()))
+      die("session " + std::to_string(r.session) + ": identity '" + r.identity + "' longer than " +
+          std::to_string(chaos::kIdentityBytes) + " bytes");
+    // Durable before the producer hears of the session (the grant is sent after this returns),
+    // and before a resumed epoch's floor is relied on.
     if (::write(sessions_fd, e.data(), e.size()) != static_cast<ssize_t>(e.size())) die("write sessions file");
     std::lock_guard lock(m);
-    Durable& d = durable[id];
-    d.secret = secret;
+    Durable& d = durable[r.session];
+    d.secret = r.secret;
+    d.identity = r.identity;
+    d.min_epoch = r.min_epoch;
     d.known = true;
   };
   o.restore = [&](SessionId id) -> std::optional<DurableSession> {
@@ -326,7 +357,9 @@ int main(int argc, char** argv) {
       std::cerr << "chaos-owner " << getpid() << ": restore of unknown session " << id << std::endl;
       return std::nullopt;
     }
-    return DurableSession{it->second.secret, it->second.next};
+    const Durable& d = it->second;
+    return DurableSession{
+        .secret = d.secret, .next_sequence = d.next, .identity = d.identity, .min_epoch = d.min_epoch};
   };
 
   std::unique_ptr<RingOwner> owner;
@@ -347,8 +380,8 @@ int main(int argc, char** argv) {
 
   std::cerr << "chaos-owner " << getpid() << " incarnation " << incarnation << ": control " << owner->control_port()
             << " data " << owner->data_port() << ", " << log.entries() << " log entries (" << log.entries() - covered
-            << " scanned), " << durable.size()
-            << " sessions known, start "
+            << " scanned), " << durable.size() << " sessions known (" << session_entries << " session records), "
+            << (o.security.insecure_plaintext ? "plain TCP" : "mutual TLS") << ", start "
             << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()
             << " ms t=" << now_ns() << std::endl;
 

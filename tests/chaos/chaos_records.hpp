@@ -1,5 +1,6 @@
 // What the chaos harness writes and reads, shared by its processes: the records producers send,
-// the owner's delivery log (its durable store and the audit's input) and its sessions file.
+// the owner's delivery log (its durable store and the audit's input) and its sessions file (the
+// durable SessionRecords).
 #pragma once
 
 #include <array>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "../softroce/session_records.hpp"
@@ -105,9 +107,46 @@ inline std::optional<LogEntry> decode(const std::byte* in) {
 }
 
 // ---- The sessions file ----------------------------------------------------------------------
-// 48 bytes per session the owner attached: [0,8) id, [8,40) secret, [40,44) check of [0,40),
-// [44,48) zero. Appended with write() in RingOwnerOptions::on_session, i.e. before the producer
-// gets its grant.
-inline constexpr std::size_t kSessionEntrySize = 48;
+// The owner's durable SessionRecords (owner_core.hpp), one 128-byte entry appended with one
+// write() in every RingOwnerOptions::on_session call: at attach (before the producer gets its
+// grant), at a restore, and whenever a resumed epoch's QP is established (its floor rises). The
+// file is a log of upserts: the last valid entry of a session is its record.
+//   [0,8) session  [8,40) secret  [40,48) min_epoch  [48,112) identity, NUL-padded (at most 64
+//   bytes: X.509's bound on a common name)  [112,124) zero  [124,128) check = CRC-32C of
+//   [0,124) ^ kLogSalt
+// An entry that fails its check (a short write) ends the file: the next owner cuts it there.
+inline constexpr std::size_t kSessionEntrySize = 128;
+inline constexpr std::size_t kIdentityBytes = 64;
+
+struct SessionEntry {
+  std::uint64_t session = 0;
+  std::array<std::byte, 32> secret{};
+  std::uint64_t min_epoch = 1;
+  std::string identity;  // at most kIdentityBytes
+};
+
+// False when the identity does not fit.
+inline bool encode(const SessionEntry& e, std::byte* out) {
+  if (e.identity.size() > kIdentityBytes) return false;
+  std::array<std::byte, kSessionEntrySize> b{};
+  put64(b.data(), e.session);
+  std::memcpy(b.data() + 8, e.secret.data(), 32);
+  put64(b.data() + 40, e.min_epoch);
+  std::memcpy(b.data() + 48, e.identity.data(), e.identity.size());
+  put32(b.data() + 124, crc32c(std::span<const std::byte>(b.data(), 124)) ^ kLogSalt);
+  std::memcpy(out, b.data(), b.size());
+  return true;
+}
+
+inline std::optional<SessionEntry> decode_session(const std::byte* in) {
+  if (get32(in + 124) != (crc32c(std::span<const std::byte>(in, 124)) ^ kLogSalt)) return std::nullopt;
+  SessionEntry e;
+  e.session = get64(in);
+  std::memcpy(e.secret.data(), in + 8, 32);
+  e.min_epoch = get64(in + 40);
+  const char* id = reinterpret_cast<const char*>(in + 48);
+  e.identity.assign(id, strnlen(id, kIdentityBytes));
+  return e;
+}
 
 }  // namespace rdmaring::chaos

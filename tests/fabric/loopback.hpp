@@ -14,8 +14,9 @@
 // immediate's completion still after all of its QP's earlier payload). It lets a test hold back
 // placements, delay completions and immediates, kill the QP, resume (OwnerCore::resume, zero
 // the fence's ranges, fence_done; admit_connect, on_established) and replay old control
-// messages, and it lets a test break the rules on purpose (place_publish_first,
-// inject_immediate). A test instrument: the library never links it.
+// messages, on the producer's control connection or on another one (each a ControlConnection,
+// as the owner's adapter keeps them), and it lets a test break the rules on purpose
+// (place_publish_first, inject_immediate). A test instrument: the library never links it.
 #pragma once
 
 #include <algorithm>
@@ -27,10 +28,12 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "rdmaring/control_connection.hpp"
 #include "rdmaring/owner_core.hpp"
 #include "rdmaring/producer_core.hpp"
 
@@ -425,34 +428,64 @@ class LoopbackFabric {
 
   // ---- the control plane --------------------------------------------------------------------
 
-  // A resume request as the control channel carries it.
+  // Who the producer's control channel authenticates.
+  static constexpr std::string_view kIdentity = "producer";
+
+  // A control message as the control channel carries it: its proof binds the connection it was
+  // sent on (`sent_on`, that connection's nonce: not carried, the proof covers it) and its
+  // counter there.
   struct Request {
     SessionId session = 0;
     std::uint64_t epoch = 0;
+    std::uint64_t counter = 0;
     Proof proof{};
-    Credentials who() const { return Credentials{session, epoch, proof}; }
+    ChannelNonce sent_on{};
   };
 
-  // A resume request signed for `epoch` (Producer::recover signs its core's epoch).
-  Request resume_request(std::uint64_t epoch) const {
-    return Request{session_.id, epoch, make_proof(session_.secret, ProofPurpose::resume, session_.id, epoch)};
+  // The producer's control message for `purpose` and `epoch`, with the next counter of its
+  // control connection.
+  Request request(ProofPurpose purpose, std::uint64_t epoch) {
+    const ChannelBinding binding{control_->nonce(), ++counter_};
+    return Request{session_.id, epoch, binding.counter,
+                   make_control_proof(session_.secret, purpose, session_.id, epoch, binding), binding.nonce};
   }
+  // Producer::recover signs its core's epoch.
+  Request resume_request(std::uint64_t epoch) { return request(ProofPurpose::resume, epoch); }
   wire::ConnectData connect_request(std::uint64_t epoch) const {
     return wire::ConnectData{session_.id, epoch, make_proof(session_.secret, ProofPurpose::connect, session_.id, epoch),
                              0x1000, 7};
   }
+  // The owner's side of `r` arriving on `on`: the connection binds its counter (refused there:
+  // a replay on it) and names who sent it. Valid while `r` and `on` are.
+  static Result<Credentials> arrive(const Request& r, ControlConnection& on) {
+    BOOST_OUTCOME_TRY(binding, on.bind(r.counter));
+    return Credentials{r.session, r.epoch, r.proof, on.identity(), binding};
+  }
+  // A fresh heartbeat or detach of the producer's, as the owner receives it (valid until the
+  // next call).
   Credentials credentials(ProofPurpose purpose, std::uint64_t epoch) {
-    proof_scratch_ = make_proof(session_.secret, purpose, session_.id, epoch);
-    return Credentials{session_.id, epoch, proof_scratch_};
+    scratch_ = request(purpose, epoch);
+    return arrive(scratch_, *control_).value();
+  }
+  // The producer's control connection, as the owner's adapter keeps it.
+  ControlConnection& control() { return *control_; }
+  // The producer opens a new control connection (a new process, or the old one cut): a fresh
+  // nonce, counters from 1 again.
+  void reconnect() {
+    control_.emplace(std::string(kIdentity), random_nonce());
+    counter_ = 0;
   }
 
   // OwnerDataPlane::resume, first half: OwnerCore::resume fences the epoch; the QP is destroyed
   // (its completions still in the CQ are stale), the tail MR zeroed (its last record kept here
   // as a replay) and the fence's ranges zeroed. Connect requests stay refused until
-  // end_fence(). Every request is logged, for replays.
-  Result<Fence> begin_fence(const Request& r) {
+  // end_fence(). Every request is logged, for replays. `r` arrives on the producer's control
+  // connection, or on `on`.
+  Result<Fence> begin_fence(const Request& r) { return begin_fence(r, *control_); }
+  Result<Fence> begin_fence(const Request& r, ControlConnection& on) {
     resumes_sent_.push_back(r);
-    BOOST_OUTCOME_TRY(f, owner_.core_.resume(r.who(), owner_.now()));
+    BOOST_OUTCOME_TRY(who, arrive(r, on));
+    BOOST_OUTCOME_TRY(f, owner_.core_.resume(who, owner_.now()));
     drop_link();
     old_tails_.push_back(tail_mr_);
     tail_mr_ = {};
@@ -463,8 +496,9 @@ class LoopbackFabric {
   void end_fence() { owner_.core_.fence_done(session_.id); }
 
   // The whole of OwnerDataPlane::resume for a known session. Returns the grant's resume point.
-  Result<ResumePoint> owner_resume(const Request& r) {
-    BOOST_OUTCOME_TRY(f, begin_fence(r));
+  Result<ResumePoint> owner_resume(const Request& r) { return owner_resume(r, *control_); }
+  Result<ResumePoint> owner_resume(const Request& r, ControlConnection& on) {
+    BOOST_OUTCOME_TRY(f, begin_fence(r, on));
     end_fence();
     return f.at;
   }
@@ -527,8 +561,10 @@ class LoopbackFabric {
     return at;
   }
   // As resume(), but the producer process died: a new one rejoins with the credentials it kept
-  // (session, secret, last epoch) and starts empty at the grant.
+  // (session, secret, last epoch) over a control connection of its own and starts empty at the
+  // grant.
   Result<ResumePoint> restart_producer() {
+    reconnect();
     BOOST_OUTCOME_TRY(at, owner_resume(resume_request(producer->epoch())));
     producer_restart(at);
     BOOST_OUTCOME_TRYV(connect());
@@ -613,7 +649,8 @@ class LoopbackFabric {
     geometry_ = RingGeometry::make(owner_.config_.ring_bytes, owner_.config_.max_record).value();
     staging_.assign(geometry_.bytes, std::byte{0});
     ring_.assign(geometry_.bytes, std::byte{0});
-    auto entry = owner_.core_.attach(ring_, owner_.now());
+    reconnect();
+    auto entry = owner_.core_.attach(control_->identity(), ring_, owner_.now());
     if (!entry) throw std::runtime_error("loopback: attach refused: " + entry.error().message());
     session_ = entry.value();
     owner_.fabrics_[session_.id] = this;
@@ -719,7 +756,9 @@ class LoopbackFabric {
   std::optional<wire::ConnectData> pending_connect_;
   std::vector<Request> resumes_sent_;
   std::vector<wire::ConnectData> connects_sent_;
-  Proof proof_scratch_{};
+  std::optional<ControlConnection> control_;
+  std::uint64_t counter_ = 0;  // the last counter the producer used on control_
+  Request scratch_;
 
  public:
   std::optional<ProducerCore> producer;

@@ -2,6 +2,9 @@
 // builds it with find_package(rdmaring) and with `pkg-config --cflags --libs rdmaring`).
 //   rdmaring-embed owner ADDRESS              serve a ring owner, print what arrives
 //   rdmaring-embed produce ADDRESS PORT TEXT  send TEXT to the owner at ADDRESS:PORT
+// The control channel is mutual TLS: RDMARING_CA, RDMARING_CERT and RDMARING_KEY name the PEM
+// files (a producer also RDMARING_SERVER_NAME, the owner's certificate's name); with
+// RDMARING_INSECURE_PLAINTEXT=1 instead, plain TCP.
 // Without arguments it prints its usage and exits 0: the check runs it where there is no RDMA
 // device, to prove it links and loads.
 #include <chrono>
@@ -11,13 +14,39 @@
 #include <span>
 #include <string>
 
+#include "rdmaring/control_security.hpp"
 #include "rdmaring/producer.hpp"
 #include "rdmaring/ring_owner.hpp"
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+rdmaring::ControlSecurity security(bool producer) {
+  if (env("RDMARING_INSECURE_PLAINTEXT") == "1") return rdmaring::ControlSecurity{.insecure_plaintext = true};
+  return rdmaring::ControlSecurity{.ca = env("RDMARING_CA"),
+                                   .certificate = env("RDMARING_CERT"),
+                                   .private_key = env("RDMARING_KEY"),
+                                   .server_name = producer ? env("RDMARING_SERVER_NAME") : std::string{}};
+}
+
+}  // namespace
 
 int main(int argc, char** argv) try {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "owner" && argc == 3) {
-    auto owner = rdmaring::RingOwner::start(rdmaring::RingOwnerOptions{.address = argv[2]});
+    rdmaring::RingOwnerOptions options{.address = argv[2], .security = security(false)};
+    // Who may attach: any identity the CA vouches for, one session each at most.
+    options.allow = {rdmaring::IdentityRule{.pattern = "*", .max_sessions = 1}};
+    // The durable record to keep (an upsert by session) for a restart to restore.
+    options.on_session = [](const rdmaring::SessionRecord& r) {
+      std::printf("session %llu of '%s' from epoch %llu\n", static_cast<unsigned long long>(r.session),
+                  r.identity.c_str(), static_cast<unsigned long long>(r.min_epoch));
+    };
+    auto owner = rdmaring::RingOwner::start(options);
     std::printf("control port %u\n", unsigned{owner->control_port()});
     for (;;) {
       auto delivered = owner->poll(
@@ -42,7 +71,9 @@ int main(int argc, char** argv) try {
   }
   if (mode == "produce" && argc == 5) {
     auto producer = rdmaring::Producer::attach(rdmaring::ProducerOptions{
-        .address = argv[2], .control_port = static_cast<std::uint16_t>(std::atoi(argv[3]))});
+        .address = argv[2],
+        .control_port = static_cast<std::uint16_t>(std::atoi(argv[3])),
+        .security = security(true)});
     const std::string text = argv[4];
     auto sent = producer.send(std::as_bytes(std::span(text)), std::chrono::seconds(5));
     if (sent) sent = producer.detach(std::chrono::seconds(5));
@@ -52,7 +83,8 @@ int main(int argc, char** argv) try {
     }
     return 0;
   }
-  std::printf("usage: %s owner ADDRESS | produce ADDRESS PORT TEXT\n", argv[0]);
+  std::printf("usage: %s owner ADDRESS | produce ADDRESS PORT TEXT (TLS: RDMARING_CA, RDMARING_CERT, RDMARING_KEY)\n",
+              argv[0]);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "%s\n", e.what());

@@ -25,6 +25,7 @@
 
 #include "../skip.hpp"
 #include "device_address.hpp"
+#include "test_pki.hpp"
 #include "memlock_sandbox.hpp"
 #include "rdmaring/producer.hpp"
 #include "rdmaring/ring_owner.hpp"
@@ -52,7 +53,11 @@ std::map<std::string, std::string> fields(const std::string& line) {
 }
 
 Run bench_pair(const std::string& args) {
-  const std::string cmd = std::string(RDMARING_BENCH_BINARY) + " pair -q --address " + device_address() + " " + args + " 2>&1";
+  // Both roles present the owner's test certificate: its name is the one the producer checks.
+  const std::string tls = " --ca " + test_pki::path("ca.pem") + " --cert " + test_pki::path("owner.pem") + " --key " +
+                          test_pki::path("owner.key") + " --server-name rdmaring-owner";
+  const std::string cmd =
+      std::string(RDMARING_BENCH_BINARY) + " pair -q --address " + device_address() + tls + " " + args + " 2>&1";
   Run run;
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -180,9 +185,11 @@ TEST_CASE("a port that goes down and up: both sides take, acknowledge and count 
     RDMARING_SKIP("not in the Soft-RoCE guest (RDMARING_GUEST=1): the port is not taken down");
   RingOwnerOptions oo;
   oo.address = device_address();
+  oo.security = test_pki::owner();
   const auto owner = RingOwner::start(oo);
   ProducerOptions po;
   po.address = oo.address;
+  po.security = test_pki::producer();
   po.control_port = owner->control_port();
   Producer producer = Producer::attach(po);
   const std::string device = owner->stats().device;
@@ -232,6 +239,7 @@ TEST_CASE("a port that goes down and up: both sides take, acknowledge and count 
 TEST_CASE("relaxed ordering with tail mode is refused, saying why", "[softroce][data]") {
   RingOwnerOptions o;
   o.address = device_address();
+  o.security = test_pki::owner();
   o.mode = wire::PublishMode::tail;
   o.relaxed_ordering = true;
   try {
@@ -246,11 +254,13 @@ TEST_CASE("relaxed ordering with tail mode is refused, saying why", "[softroce][
 TEST_CASE("over one connection: zero-copy claim, a record too large, a blocking send", "[softroce][data]") {
   RingOwnerOptions oo;
   oo.address = device_address();
+  oo.security = test_pki::owner();
   oo.ring_bytes = 8192;
   oo.max_record = 4096;
   const auto owner = RingOwner::start(oo);
   ProducerOptions po;
   po.address = oo.address;
+  po.security = test_pki::producer();
   po.control_port = owner->control_port();
   // The owner's control thread answers the attach and admits the QP: nobody polls yet.
   Producer producer = Producer::attach(po);
@@ -334,6 +344,7 @@ template <class Matcher>
 void expect_attach_refused(const RingOwner& owner, errc code, const Matcher& reason) {
   ProducerOptions po;
   po.address = device_address();
+  po.security = test_pki::producer();
   po.control_port = owner.control_port();
   po.connect_timeout = std::chrono::seconds(5);
   try {
@@ -353,6 +364,7 @@ void expect_attach_refused(const RingOwner& owner, errc code, const Matcher& rea
 TEST_CASE("a ring registered with on-demand paging is refused where the device has no ODP for RC WRITE, else it carries records", "[softroce][data]") {
   RingOwnerOptions oo;
   oo.address = device_address();
+  oo.security = test_pki::owner();
   oo.on_demand_paging = true;
   // Rings are registered per session, at attach: the owner starts.
   const auto owner = RingOwner::start(oo);
@@ -366,6 +378,7 @@ TEST_CASE("a ring registered with on-demand paging is refused where the device h
   } else {
     ProducerOptions po;
     po.address = oo.address;
+    po.security = test_pki::producer();
     po.control_port = owner->control_port();
     Producer producer = Producer::attach(po);
     CHECK(owner->session_count() == 1);
@@ -392,6 +405,7 @@ TEST_CASE("a ring beyond RLIMIT_MEMLOCK is refused at attach, saying why", "[sof
   REQUIRE_FALSE(verbs::read_memlock_state().cap_ipc_lock);
   RingOwnerOptions oo;
   oo.address = device_address();
+  oo.security = test_pki::owner();
   oo.ring_bytes = kRing;
   const auto owner = RingOwner::start(oo);
   expect_attach_refused(*owner, errc::memlock_too_low, Catch::Contains("RLIMIT_MEMLOCK is") && Catch::Contains("raise it"));

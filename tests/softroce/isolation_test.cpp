@@ -256,6 +256,7 @@ void attacks_beside_an_honest_stream(Attack attack) {
   constexpr std::uint64_t kRecords = 200000;
   RingOwnerOptions o;
   o.address = device_address();
+  o.security = test_pki::owner();
   o.mode = wire::PublishMode::imm;
   o.ring_bytes = kRingBytes;
   o.max_record = 1024;
@@ -266,6 +267,8 @@ void attacks_beside_an_honest_stream(Attack attack) {
 
   ProducerOptions po;
   po.address = device_address();
+
+  po.security = test_pki::producer();
   po.control_port = owner->control_port();
   // One immediate per record, and a send queue deep enough that records waiting for it are not
   // coalesced into one publish: as many completions as possible around each attack.

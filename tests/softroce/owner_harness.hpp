@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -20,6 +21,7 @@
 #include "rdmaring/producer.hpp"
 #include "rdmaring/ring_owner.hpp"
 #include "session_records.hpp"
+#include "test_pki.hpp"
 
 namespace rdmaring::testing {
 
@@ -132,12 +134,45 @@ bool wait_for(Pred pred, std::chrono::seconds limit,
   return true;
 }
 
+// What an application keeps durably for its owner's restart (sessions.md §10.1), in memory:
+// the records on_session upserts, and the sequence after the last record processed.
+class DurableStore {
+ public:
+  // on_session and restore of `o` keep and read this store.
+  void serve(RingOwnerOptions& o) {
+    o.on_session = [this](const SessionRecord& r) {
+      std::lock_guard lock(m_);
+      DurableSession& d = store_[r.session];
+      d.secret = r.secret;
+      d.identity = r.identity;
+      d.min_epoch = r.min_epoch;
+    };
+    o.restore = [this](SessionId id) { return find(id); };
+  }
+  // From the handler, before it returns: the record is processed.
+  void processed(const Delivery& d) {
+    std::lock_guard lock(m_);
+    store_[d.session].next_sequence = d.sequence + 1;
+  }
+  std::optional<DurableSession> find(SessionId id) const {
+    std::lock_guard lock(m_);
+    const auto it = store_.find(id);
+    if (it == store_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  mutable std::mutex m_;
+  std::map<SessionId, DurableSession> store_;
+};
+
 inline RingOwnerOptions owner_options(wire::PublishMode mode) {
   RingOwnerOptions o;
   o.address = device_address();
   o.mode = mode;
   o.ring_bytes = 1 << 16;
   o.max_record = 1024;
+  o.security = test_pki::owner();
   return o;
 }
 
@@ -145,6 +180,7 @@ inline ProducerOptions producer_options(const RingOwner& owner) {
   ProducerOptions o;
   o.address = device_address();
   o.control_port = owner.control_port();
+  o.security = test_pki::producer();
   return o;
 }
 

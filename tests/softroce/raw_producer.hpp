@@ -20,6 +20,7 @@
 
 #include "control_client.hpp"
 #include "rdmaring/session_proof.hpp"
+#include "test_pki.hpp"
 #include "rdmaring/verbs/cm_id.hpp"
 #include "rdmaring/verbs/context.hpp"
 #include "rdmaring/verbs/cq.hpp"
@@ -48,10 +49,11 @@ struct RawProducer {
 
   // `source_address`: the local address for rdma_cm to bind (a test host sharing the namespace
   // with others is told apart by it); empty: the route's choice.
-  RawProducer(std::string owner_address, std::uint16_t control_port, std::string source_address = {})
+  RawProducer(std::string owner_address, std::uint16_t control_port, std::string source_address = {},
+              const ControlSecurity& security = test_pki::producer())
       : address(std::move(owner_address)),
         source(std::move(source_address)),
-        control(address, control_port, std::chrono::seconds(10)) {}
+        control(address, control_port, std::chrono::seconds(10), security) {}
 
   wire::ConnectData hello(SessionId session, const SessionSecret& secret, std::uint64_t epoch) const {
     return wire::ConnectData{session, epoch, make_proof(secret, ProofPurpose::connect, session, epoch),
@@ -122,20 +124,18 @@ struct RawProducer {
     }
   }
 
-  // Each message is made for the session and epoch given, not the grant's: replaying an old epoch's,
-  // or another session's, is the point.
+  // Each message is made for the session and epoch given, not the grant's: an old epoch's, or
+  // another session's, is the point. (The proofs are made fresh, over this connection's nonce:
+  // replays of captured messages are raw_control.hpp's.)
   Result<control::RingGrant> resume(SessionId session, const SessionSecret& secret, std::uint64_t epoch) {
-    const Proof p = make_proof(secret, ProofPurpose::resume, session, epoch);
-    return control.resume(Credentials{session, epoch, p}, false, 0, 0);
+    return control.resume(SessionCredentials{session, secret, epoch}, false, 0, 0);
   }
   Result<control::RingGrant> resume(std::uint64_t epoch) { return resume(grant.session, grant.secret, epoch); }
   Result<void> heartbeat(SessionId session, const SessionSecret& secret, std::uint64_t epoch) {
-    const Proof p = make_proof(secret, ProofPurpose::heartbeat, session, epoch);
-    return control.heartbeat(Credentials{session, epoch, p});
+    return control.heartbeat(SessionCredentials{session, secret, epoch});
   }
   Result<void> detach(SessionId session, const SessionSecret& secret, std::uint64_t epoch) {
-    const Proof p = make_proof(secret, ProofPurpose::detach, session, epoch);
-    return control.detach(Credentials{session, epoch, p});
+    return control.detach(SessionCredentials{session, secret, epoch});
   }
 };
 

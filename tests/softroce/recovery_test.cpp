@@ -12,6 +12,7 @@
 #include <string>
 
 #include "device_address.hpp"
+#include "test_pki.hpp"
 #include "producer_test_access.hpp"
 #include "rdmaring/producer.hpp"
 #include "rdmaring/ring_owner.hpp"
@@ -41,6 +42,7 @@ void run(wire::PublishMode mode) {
   constexpr std::uint64_t kFaultEvery = 10000;
   RingOwnerOptions oo;
   oo.address = device_address();
+  oo.security = test_pki::owner();
   oo.mode = mode;
   oo.ring_bytes = 1 << 16;
   oo.max_record = 1024;
@@ -83,6 +85,8 @@ void run(wire::PublishMode mode) {
 
   ProducerOptions po;
   po.address = oo.address;
+
+  po.security = test_pki::producer();
   po.control_port = owner->control_port();
   Producer producer = Producer::attach(po);
   const SessionId session = producer.credentials().session;

@@ -35,6 +35,7 @@
 #include "producer_test_access.hpp"
 #include "rdmaring/producer.hpp"
 #include "session_records.hpp"
+#include "test_pki.hpp"
 
 using namespace rdmaring;
 
@@ -76,6 +77,9 @@ void recover(Producer& p, const std::string& credentials, const Error& cause) {
 
 int main(int argc, char** argv) {
   ProducerOptions o;
+  // The test PKI's producer-a unless --identity names another of its certificates, or
+  // --insecure-plaintext 1 (an owner started plain).
+  o.security = test_pki::producer();
   std::string credentials;
   std::uint64_t records = 0, fault_every = 0;
   std::uint32_t tag = 0;
@@ -99,6 +103,8 @@ int main(int argc, char** argv) {
     else if (k == "--start-attempts") start_attempts = std::max(1, std::stoi(v));
     else if (k == "--rate-hz") rate_hz = std::stoull(v);
     else if (k == "--detach-retries") detach_retries = std::stoi(v);
+    else if (k == "--identity") o.security = test_pki::producer(v);
+    else if (k == "--insecure-plaintext" && v == "1") o.security = ControlSecurity{.insecure_plaintext = true};
     else {
       std::cerr << "session-producer: unknown option " << k << "\n";
       return 2;

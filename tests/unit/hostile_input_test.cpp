@@ -167,9 +167,14 @@ TEST_CASE("a sealed credit releasing more than the producer published fails the 
 
 TEST_CASE("a proof shorter or longer than a proof never matches", "[hostile][sessions]") {
   const SessionSecret secret = random_secret();
-  const Proof good = make_proof(secret, ProofPurpose::resume, 5, 2);
+  const ChannelBinding binding{random_nonce(), 3};
+  const bool control = GENERATE(false, true);
+  INFO((control ? "a control proof" : "a connect proof"));
+  const Proof good = control ? make_control_proof(secret, ProofPurpose::resume, 5, 2, binding)
+                             : make_proof(secret, ProofPurpose::connect, 5, 2);
   const auto matches = [&](std::span<const std::byte> proof) {
-    return proof_matches(secret, ProofPurpose::resume, 5, 2, proof);
+    return control ? proof_matches(secret, ProofPurpose::resume, 5, 2, binding, proof)
+                   : proof_matches(secret, ProofPurpose::connect, 5, 2, proof);
   };
   const std::span<const std::byte> all(good);
   CHECK(matches(all));
@@ -177,6 +182,24 @@ TEST_CASE("a proof shorter or longer than a proof never matches", "[hostile][ses
   std::vector<std::byte> longer(all.begin(), all.end());
   longer.push_back(std::byte{0});
   CHECK_FALSE(matches(longer));
+}
+
+TEST_CASE("a control proof is bound to every byte of its nonce and counter", "[hostile][sessions]") {
+  const SessionSecret secret = random_secret();
+  const ChannelBinding binding{random_nonce(), 7};
+  const Proof good = make_control_proof(secret, ProofPurpose::heartbeat, 5, 2, binding);
+  CHECK(proof_matches(secret, ProofPurpose::heartbeat, 5, 2, binding, good));
+  for (std::size_t i = 0; i < kNonceSize; ++i) {
+    ChannelBinding other = binding;
+    other.nonce[i] ^= std::byte{0x01};
+    CHECK_FALSE(proof_matches(secret, ProofPurpose::heartbeat, 5, 2, other, good));
+  }
+  for (int bit = 0; bit < 64; ++bit) {
+    const ChannelBinding other{binding.nonce, binding.counter ^ (std::uint64_t{1} << bit)};
+    CHECK_FALSE(proof_matches(secret, ProofPurpose::heartbeat, 5, 2, other, good));
+  }
+  CHECK_FALSE(proof_matches(secret, ProofPurpose::heartbeat, 5, 2, good));  // a proof that binds no channel
+  CHECK_FALSE(proof_matches(secret, ProofPurpose::detach, 5, 2, binding, good));
 }
 
 TEST_CASE("an immediate with another epoch's bits fails its session, whatever tail it carries", "[hostile][core]") {

@@ -1,10 +1,12 @@
 // OwnerCore on its own, deterministic: fair delivery (deficit round robin), fencing at a resume,
 // leases, isolation of one session's protocol violation, the handler contract (records given
-// back) and credit gating. Sessions are loopback fabrics sharing one LoopbackOwner: real
-// producer cores writing into plain memory rings, the owner's completion queue dispatched in
-// order, nothing of the owner's logic outside OwnerCore.
+// back), credit gating, admission by identity and quota, control messages bound to their
+// connection, and the durable records a restore relies on. Sessions are loopback fabrics sharing
+// one LoopbackOwner: real producer cores writing into plain memory rings, the owner's completion
+// queue dispatched in order, nothing of the owner's logic outside OwnerCore.
 #include <rapidcheck/catch.h>
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <random>
@@ -914,4 +916,239 @@ TEST_CASE("an owner wants the clock exactly when a publish is waiting, however l
     CHECK_FALSE(f.core().wants_clock());
     f.return_credit();
   }
+}
+
+// ---- identities, quotas, channels and durable records -------------------------------------------
+
+namespace {
+
+// Rings for sessions attached or restored by hand (kept until the test ends).
+struct Rings {
+  std::deque<std::vector<std::byte>> kept;
+  std::span<const std::byte> next(std::uint64_t bytes) { return kept.emplace_back(bytes); }
+};
+
+// A producer's control connection and the owner's guard of it, for messages signed by hand.
+struct Channel {
+  ControlConnection owner_side;
+  std::uint64_t counter = 0;
+  Proof proof{};
+  explicit Channel(std::string identity) : owner_side(std::move(identity), random_nonce()) {}
+  // The next message on this connection, as the owner receives it (valid until the next).
+  Credentials send(const SessionSecret& secret, SessionId id, ProofPurpose p, std::uint64_t epoch) {
+    const ChannelBinding b{owner_side.nonce(), ++counter};
+    proof = make_control_proof(secret, p, id, epoch, b);
+    return Credentials{id, epoch, proof, owner_side.identity(), owner_side.bind(b.counter).value()};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("allow rules: a rule's pattern must say something, and its ring quota hold a ring",
+          "[owner-core][admission]") {
+  OwnerConfig cfg = owner_config(wire::PublishMode::imm, 4096, 1000);
+  cfg.allow = {{"producer-*", 0, 4096}, {"", 1, 0}};
+  auto bad = cfg.validate();
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error() == errc::bad_config);
+  CHECK_THAT(bad.error().message(), Catch::Contains("rule 2 (''): empty pattern"));
+  cfg.allow = {{"admin", 1, 0}, {"x", 0, 1000}};
+  bad = cfg.validate();
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().message(), Catch::Contains("rule 2 ('x'): max_ring_bytes 1000 below one ring of 4096"));
+  cfg.allow[1].max_ring_bytes = 4096;
+  CHECK(cfg.validate());
+}
+
+TEST_CASE("attach is admitted by the first allow rule that matches, within its quotas per identity",
+          "[owner-core][admission]") {
+  OwnerConfig cfg = owner_config(wire::PublishMode::imm, 4096, 1000, 9);
+  cfg.allow = {{"producer-[ab]", 2, 0}, {"producer-*", 0, 3 * 4096 + 100}, {"?", 1, 0}};
+  OwnerCore core(cfg);
+  Rings rings;
+  const auto now = Clock::now();
+  const auto attach = [&](std::string_view identity) { return core.attach(identity, rings.next(4096), now); };
+
+  for (std::string_view stranger : {"consumer", "", "producer"}) {
+    const auto no = core.can_attach(stranger);
+    REQUIRE_FALSE(no);
+    CHECK(no.error() == errc::unauthorized);
+    CHECK_THAT(no.error().message(),
+               Catch::Contains("identity '" + std::string(stranger) + "' matches none of the 3 allow rules"));
+    CHECK(attach(stranger).error() == errc::unauthorized);
+  }
+  CHECK(core.counters().refused_unauthorized == 6);
+
+  // Rule 1, by sessions: each identity it matches holds 2 at most.
+  const SessionEntry a1 = attach("producer-a").value();
+  CHECK(a1.identity == "producer-a");
+  REQUIRE(attach("producer-a"));
+  const auto third = core.can_attach("producer-a");
+  REQUIRE_FALSE(third);
+  CHECK(third.error() == errc::quota_exceeded);
+  CHECK_THAT(third.error().message(),
+             Catch::Contains("identity 'producer-a' holds 2 sessions; rule 1 ('producer-[ab]') allows 2"));
+  CHECK(attach("producer-a").error() == errc::quota_exceeded);
+  REQUIRE(attach("producer-b"));  // another identity of the same rule
+  // Rule 2, by ring bytes: three rings fit, a fourth does not.
+  for (int i = 0; i < 3; ++i) REQUIRE(attach("producer-c"));
+  const auto fourth = attach("producer-c");
+  REQUIRE_FALSE(fourth);
+  CHECK(fourth.error() == errc::quota_exceeded);
+  CHECK_THAT(fourth.error().message(),
+             Catch::Contains("identity 'producer-c' holds 12288 ring bytes; rule 2 ('producer-*') allows 12388, "
+                             "not one more ring of 4096"));
+  // Rule 3.
+  REQUIRE(attach("x"));
+  CHECK(attach("x").error() == errc::quota_exceeded);
+  CHECK(core.counters().refused_quota == 4);
+  CHECK(core.table().held("producer-c") == 3);
+
+  // A session's end frees its place; the owner's own limit still holds over all.
+  core.close(a1.id, CloseReason::ring_failure, "test");
+  CHECK(core.can_attach("producer-a"));
+  REQUIRE(attach("producer-a"));
+  REQUIRE(attach("y"));
+  REQUIRE(attach("z"));
+  CHECK(core.table().size() == 9);
+  CHECK(core.can_attach("w").error() == errc::no_capacity);
+  CHECK(core.counters().refused_quota == 4);
+}
+
+TEST_CASE("a control message captured in the current epoch is refused on another connection and again on its own",
+          "[owner-core][replay]") {
+  LoopbackFabric f(wire::PublishMode::imm, 4096, 1000);
+  OwnerCore& core = f.core();
+  const SessionId id = f.session();
+  const SessionSecret secret = core.table().find(id)->secret;
+  const auto now = Clock::now();
+  // The replayer's own connection, authenticated as the producer's identity (the worst case).
+  ControlConnection other(std::string(LoopbackFabric::kIdentity), random_nonce());
+
+  const auto hb = f.request(ProofPurpose::heartbeat, 1);
+  CHECK(core.heartbeat(LoopbackFabric::arrive(hb, other).value(), now).error() == errc::bad_proof);
+  REQUIRE(core.heartbeat(LoopbackFabric::arrive(hb, f.control()).value(), now));
+  const auto again = LoopbackFabric::arrive(hb, f.control());
+  REQUIRE_FALSE(again);
+  CHECK(again.error() == errc::bad_proof);
+  CHECK_THAT(again.error().message(), Catch::Contains("after"));
+
+  // A resume: the copy that arrives first, on another connection, fences nothing; the producer's
+  // own is admitted; its copy on the producer's connection comes too late for its counter.
+  const auto r = f.resume_request(1);
+  CHECK(f.owner_resume(r, other).error() == errc::bad_proof);
+  CHECK(core.link_live(id));
+  CHECK(core.table().find(id)->epoch == 1);
+  const auto at = f.owner_resume(r);
+  REQUIRE(at);
+  REQUIRE(f.producer_resume(at.value()));
+  REQUIRE(f.connect());
+  REQUIRE(f.established());
+  CHECK(f.owner_resume(r).error() == errc::bad_proof);
+  ControlConnection later(std::string(LoopbackFabric::kIdentity), random_nonce());
+  CHECK(f.owner_resume(r, later).error() == errc::bad_proof);
+  CHECK(core.table().find(id)->epoch == 2);
+  CHECK(core.link_live(id));
+
+  // A detach of the current epoch: replayed, it cannot end the session.
+  const auto bye = f.request(ProofPurpose::detach, 2);
+  CHECK(core.detach(LoopbackFabric::arrive(bye, later).value()).error() == errc::bad_proof);
+  CHECK_FALSE(f.closed());
+  CHECK(core.table().counters().refused_proof == 4);
+
+  // Another identity that holds the secret and signs for its own connection: unauthorized.
+  Channel intruder("intruder");
+  const auto taken = core.heartbeat(intruder.send(secret, id, ProofPurpose::heartbeat, 2), now);
+  REQUIRE_FALSE(taken);
+  CHECK(taken.error() == errc::unauthorized);
+  CHECK(core.table().counters().refused_identity == 1);
+
+  // The producer's own detach, once.
+  REQUIRE(core.detach(LoopbackFabric::arrive(bye, f.control()).value()));
+  f.owner().collect_closed();
+  CHECK(f.closed());
+}
+
+TEST_CASE("durable records: pushed at attach, restore and a retry window's end, and a restore keeps to the record",
+          "[owner-core][restore]") {
+  OwnerConfig cfg = owner_config(wire::PublishMode::imm, 4096, 1000, 4);
+  LoopbackOwner owner(cfg);
+  LoopbackFabric f(owner);
+  OwnerCore& core = owner.core();
+  const SessionId id = f.session();
+  const SessionSecret secret = core.table().find(id)->secret;
+
+  auto records = core.take_records();
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].session == id);
+  CHECK(records[0].secret == secret);
+  CHECK(records[0].identity == LoopbackFabric::kIdentity);
+  CHECK(records[0].min_epoch == 1);
+  CHECK(core.take_records().empty());
+
+  // A resume opens a retry window from epoch 1: the floor stays until the new QP is
+  // established, then rises to its epoch.
+  auto fence = f.begin_fence(f.resume_request(1));
+  REQUIRE(fence);
+  f.end_fence();
+  REQUIRE(f.producer_resume(fence.value().at));
+  REQUIRE(f.connect());
+  CHECK(core.take_records().empty());
+  REQUIRE(f.established());
+  records = core.take_records();
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].min_epoch == 2);
+  // Each resumed epoch established raises it again.
+  f.drop();
+  REQUIRE(f.resume());
+  records = core.take_records();
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].min_epoch == 3);
+  const SessionRecord last = records[0];
+
+  // The owner restarts. Its allow rule holds one session per identity.
+  cfg.allow = {{"producer*", 1, 0}};
+  OwnerCore after(cfg);
+  Rings rings;
+  const auto now = Clock::now();
+  const DurableSession durable{last.secret, 0, last.identity, last.min_epoch};
+  Channel producer(last.identity);
+  const auto restore = [&](Channel& on, std::uint64_t epoch) {
+    return after.restore(on.send(secret, id, ProofPurpose::resume, epoch), durable, true, 0, 0, rings.next(4096), now);
+  };
+  // From below the floor: an epoch the session had left.
+  const auto old = restore(producer, 2);
+  REQUIRE_FALSE(old);
+  CHECK(old.error() == errc::stale_epoch);
+  CHECK_THAT(old.error().message(), Catch::Contains("resume from epoch 2 below the durable floor 3"));
+  CHECK(after.table().counters().refused_stale == 1);
+  // From another identity that the rules admit and that holds the secret.
+  Channel intruder("producer-2");
+  CHECK(restore(intruder, 3).error() == errc::unauthorized);
+  CHECK(after.table().counters().refused_identity == 1);
+  // From the identity, beyond its quota; then within it.
+  const SessionEntry other = after.attach(last.identity, rings.next(4096), now).value();
+  CHECK(restore(producer, 3).error() == errc::quota_exceeded);
+  CHECK(after.counters().refused_quota == 1);
+  after.close(other.id, CloseReason::ring_failure, "test");
+  const auto at = restore(producer, 3);
+  REQUIRE(at);
+  CHECK(at.value().epoch == 4);
+  CHECK(after.table().find(id)->identity == last.identity);
+  // The attach's record went with its session; the restore's floor is the window's low end.
+  records = after.take_records();
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].session == id);
+  CHECK(records[0].min_epoch == 3);
+  // A retry from the window's low end, then the new epoch's QP: the floor rises to it.
+  const auto retry = after.resume(producer.send(secret, id, ProofPurpose::resume, 3), now);
+  REQUIRE(retry);
+  CHECK(retry.value().at.epoch == 5);
+  after.fence_done(id);
+  REQUIRE(after.admit_connect(
+      wire::ConnectData{id, 5, make_proof(secret, ProofPurpose::connect, id, 5), 0x1000, 7}, now));
+  after.on_established(id);
+  records = after.take_records();
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].min_epoch == 5);
 }

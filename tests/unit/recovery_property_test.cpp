@@ -3,12 +3,13 @@
 // one 64-byte piece at a time (in any order where the ring MR has relaxed ordering, the
 // immediate's completion still last), send completions and immediates delivered late, the QP
 // dropped at any step, resumes through OwnerCore::resume / admit_connect (replies lost,
-// connects late), producer restarts, and old or duplicated control messages replayed. Whatever the
-// schedule: every record is delivered exactly once, in order, checksum-valid, with the bytes it
-// was sent with; no write lands on ring bytes the consumer has not released, and a record held
-// by the application keeps its bytes until released; both ledgers are consistent after every
-// step; the session table admits exactly what its rules admit, and a refused control message
-// changes nothing.
+// connects late), producer restarts (over a control connection of their own), and old or
+// duplicated control messages replayed, on the producer's control connection or on another.
+// Whatever the schedule: every record is delivered exactly once, in order, checksum-valid, with
+// the bytes it was sent with; no write lands on ring bytes the consumer has not released, and a
+// record held by the application keeps its bytes until released; both ledgers are consistent
+// after every step; the session table admits exactly what its rules admit, no replayed resume
+// is admitted, and a refused control message changes nothing.
 //
 // A failing case prints the shrunk schedule ([send, flush, drop, resume, ...]) and a log of
 // what each step did.
@@ -49,8 +50,9 @@ enum class Op : std::uint8_t {
   established,        // the owner sees ESTABLISHED for its current link
   restart,            // the producer process dies and rejoins empty with its kept credentials
   replay_tail,        // the consumer reads an old epoch's tail record (mode tail)
-  dup_resume,         // the last resume request is delivered again
-  replay_resume,      // an earlier resume request (argument picks which) is delivered again
+  dup_resume,         // the last resume request is delivered again, on the producer's connection
+  replay_resume,      // an earlier resume request is delivered again (argument: which, and bit 0
+                      // where: the producer's control connection or another)
   replay_connect,     // an earlier connect request (argument picks which) is delivered again
   sleep,              // the owner arms and sleeps (RingOwner::wait) unless it finds work; argument
                       // bit 0: its flag writes' completions come after the re-check
@@ -256,6 +258,7 @@ class Harness {
       case Op::resume_no_connect:
       case Op::restart:
         if (!needs_recover()) break;
+        if (s.op == Op::restart) f_.reconnect();  // a new process: a control connection of its own
         if (const auto at = producer_request(d)) {
           if (!held_.empty()) resumed_holding_ = true;
           if (s.op == Op::resume_reply_lost) {
@@ -293,10 +296,11 @@ class Harness {
         }
         break;
       case Op::dup_resume:
-        if (!f_.resumes_sent().empty()) replay_resume(f_.resumes_sent().back(), d);
+        if (!f_.resumes_sent().empty()) replay_resume(f_.resumes_sent().back(), true, d);
         break;
       case Op::replay_resume:
-        if (!f_.resumes_sent().empty()) replay_resume(f_.resumes_sent()[s.arg % f_.resumes_sent().size()], d);
+        if (!f_.resumes_sent().empty())
+          replay_resume(f_.resumes_sent()[(s.arg >> 1) % f_.resumes_sent().size()], (s.arg & 1) == 0, d);
         break;
       case Op::replay_connect:
         if (!f_.connects_sent().empty()) replay_connect(f_.connects_sent()[s.arg % f_.connects_sent().size()], d);
@@ -373,7 +377,8 @@ class Harness {
   // its way.
   bool needs_recover() const { return !f_.connect_pending() && (f_.dropped() || f_.producer->failure()); }
   bool credit_lags() const { return f_.producer->ledger().released != f_.consumer().ledger().released; }
-  bool replay_admitted() const { return replay_admitted_; }
+  bool retried() const { return retried_; }
+  bool replayed_elsewhere() const { return replayed_elsewhere_; }
 
  private:
   struct Held {
@@ -531,6 +536,7 @@ class Harness {
       return std::nullopt;
     }
     if (!at) RC_FAIL("a resume of epoch " + std::to_string(r.epoch) + " was refused: " + at.error().message());
+    if (r.epoch < ref_.epoch) retried_ = true;
     ref_.resumed(r.epoch);
     RC_ASSERT(at.value().epoch == ref_.epoch);
     d << "resume(" << r.epoch << ") admitted: " << show(at.value());
@@ -577,14 +583,23 @@ class Harness {
     }
   }
 
-  void replay_resume(LoopbackFabric::Request r, std::ostringstream& d) {
-    d << "replayed ";
-    if (send_resume(r, d)) {
-      // The retry window: indistinguishable from the producer asking again after a lost
-      // reply. The owner fenced; the grant went to whoever sent the copy.
-      replay_admitted_ = true;
-      d << " (retry window; the grant goes to the sender of the copy)";
-    }
+  // A captured resume request, verbatim. On the connection it was sent on, while that is the
+  // producer's, its counter was used; on another (the replayer's, authenticated as the
+  // producer's identity: the worst case) its proof covers another nonce. Refused either way,
+  // even in the retry window, and nothing changes. (`r` is a copy: sending it logs it, which may
+  // move the log it came from.)
+  void replay_resume(LoopbackFabric::Request r, bool own, std::ostringstream& d) {
+    own = own && r.sent_on == f_.control().nonce();
+    const Snapshot before = snapshot();
+    ControlConnection other(std::string(LoopbackFabric::kIdentity), random_nonce());
+    const auto at = own ? f_.owner_resume(r) : f_.owner_resume(r, other);
+    d << "replayed resume(" << r.epoch << ") #" << r.counter << " on " << (own ? "the producer's" : "another")
+      << " connection";
+    if (at) RC_FAIL("a replayed resume of epoch " + std::to_string(r.epoch) + " was admitted");
+    if (!(at.error() == errc::bad_proof)) RC_FAIL("a replayed resume refused with " + at.error().message());
+    if (!same_everything(before, snapshot())) RC_FAIL("a refused replay of a resume changed state");
+    d << ": refused";
+    if (!own) replayed_elsewhere_ = true;
   }
 
   void replay_connect(wire::ConnectData c, std::ostringstream& d) {
@@ -618,7 +633,8 @@ class Harness {
   std::uint64_t next_send_ = 0, expect_ = 0;
   bool overwrote_ = false;
   bool wedged_ = false;
-  bool replay_admitted_ = false;
+  bool retried_ = false;             // a resume from below the session's epoch admitted (the retry window)
+  bool replayed_elsewhere_ = false;  // a resume replayed on another connection
   bool resumed_holding_ = false;  // a resume was granted while the application held records
   bool asleep_ = false;           // the owner sleeps (Options::sleeps)
   bool slept_ = false;
@@ -641,7 +657,8 @@ void run_schedule(const Options& o, const std::vector<Step>& steps, Report repor
       RC_CLASSIFY(h.fabric_stats().out_of_order_pieces > 0, "a piece placed before an earlier one");
       break;
     case Report::replay:
-      RC_CLASSIFY(h.replay_admitted(), "a replayed resume fell in the retry window");
+      RC_CLASSIFY(h.retried(), "a retry in the window admitted");
+      RC_CLASSIFY(h.replayed_elsewhere(), "a resume replayed on another connection");
       RC_CLASSIFY(h.wedged(), "the producer's own epoch was refused");
       break;
     case Report::sleep:
@@ -729,10 +746,13 @@ TEST_CASE("no record waits for a sleeping owner", "[property][wakeup]") {
   rc::prop("mode tail", [] { run_schedule({wire::PublishMode::tail, false, true, true}, *schedules(kSleep), Report::sleep); });
 }
 
-// A copy of a resume request admitted in the retry window fences the epoch its producer was just
-// granted ([drop, resume, replay_resume(0)]). Producer::recover asks only from its core's epoch:
-// the table admits the whole window from the unconfirmed epoch up, so it gets back in (with the
-// window of the unconfirmed epoch alone, this property found the session wedged for good).
+// A resume whose reply was lost leaves the producer's epoch behind the session's, anywhere in the
+// retry window once it took a later grant and lost its QP again. Producer::recover asks only from
+// its core's epoch: the table admits the whole window from the unconfirmed epoch up, so it gets
+// back in. (In protocol v3 a replayed copy, admitted in the window, could fence the epoch its
+// producer had just been granted: with the window of the unconfirmed epoch alone, this property
+// found the session wedged for good. Replays are refused since v4; the window still serves the
+// producer's own retries.)
 TEST_CASE("a producer that asks only from its own epoch can always resume", "[property][session-wedge]") {
   rc::prop("mode imm, Producer::recover's rule", [] {
     run_schedule({wire::PublishMode::imm, false, false}, *schedules(kReplay));

@@ -1,22 +1,33 @@
 // The ring owner's session table against a reference model written from its rules
-// (protocol-spec/sessions.md §5, §7): random sequences of attach, resume (of the current epoch,
-// of an old epoch replayed, of the unconfirmed epoch as a retry, of a future epoch, forged),
-// connect requests of any epoch, ESTABLISHED, link failures, heartbeats, detaches and lease
-// expiry with time advancing. After every step the table must hold exactly the reference's
-// sessions (epoch, state, unconfirmed epoch, lease), have answered exactly what the reference
-// admits or refuses, with the same error and counters, and keep the replay-fencing invariants:
-// once an epoch's QP is established no message naming an earlier epoch is admitted, epochs
-// only grow by one per admitted resume, and an unconfirmed epoch exists exactly while the
-// session is resuming.
+// (protocol-spec/sessions.md §3, §5, §7): random sequences of attach (by two identities), resume
+// (of the current epoch, of an old epoch replayed, of the unconfirmed epoch as a retry, of a
+// future epoch, forged, bound to no channel, from another identity), connect requests of any
+// epoch, ESTABLISHED, link failures, heartbeats, detaches, lease expiry with time advancing, new
+// control connections, and replays of any captured control message on its own connection or on
+// another. After every step the table must hold exactly the reference's sessions (identity, epoch,
+// state, unconfirmed epoch, lease), have answered exactly what the reference admits or refuses,
+// with the same error and counters, and keep the replay-fencing invariants: once an epoch's QP is
+// established no message naming an earlier epoch is admitted, epochs only grow by one per
+// admitted resume, an unconfirmed epoch exists exactly while the session is resuming, and no
+// captured control message is admitted again, whatever its epoch and wherever it is replayed.
 //
-// A failing case prints the shrunk schedule ([attach, resume(s0, current), ...]) and a log of
+// A second property drives OwnerCore's admission: random attaches, detaches, closes and expiries
+// from several identities under random allow rules never let an identity hold more than its rule
+// allows, and admit exactly what the rules admit.
+//
+// A failing case prints the shrunk schedule ([attach(a), resume(s0, current), ...]) and a log of
 // what each step was answered.
 #include <rapidcheck/catch.h>
 
 #include <algorithm>
+#include <deque>
+#include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 
+#include "rdmaring/control_connection.hpp"
+#include "rdmaring/owner_core.hpp"
 #include "rdmaring/session_table.hpp"
 
 using namespace rdmaring;
@@ -27,9 +38,12 @@ namespace {
 using TablePoint = SessionTable::Clock::time_point;
 constexpr std::size_t kMaxSessions = 3;
 constexpr auto kLease = 100ms;
+const std::string kIdentities[] = {"a", "b"};
 
-enum class Op : std::uint8_t { attach, resume, connect, connected, broken, heartbeat, detach, touch, expire };
-// Which epoch a message names, relative to the session's state when it is sent.
+enum class Op : std::uint8_t {
+  attach, resume, connect, connected, broken, heartbeat, detach, touch, expire, reconnect, replay
+};
+// Which epoch a message names, relative to the session's state when it is sent, and who sends it.
 enum class Which : std::uint8_t {
   current,        // the session's epoch E
   unconfirmed,    // U while resuming (a retry after a lost reply); E - 1 when there is none
@@ -37,36 +51,50 @@ enum class Which : std::uint8_t {
   future,         // E + 1, not granted yet
   forged,         // epoch E, proof with a flipped bit
   wrong_purpose,  // epoch E, a valid proof made for another message
+  unbound,        // epoch E, a proof that binds no channel, sent without a binding (a v3 producer)
+  intruder,       // epoch E, a valid proof over a connection of another identity
 };
 
 struct Step {
   Op op = Op::attach;
   std::uint8_t session = 0;  // index into the sessions attached so far (removed ones included)
   Which which = Which::current;
-  std::uint8_t arg = 0;      // old: which earlier epoch; expire: how far time advances
+  std::uint8_t arg = 0;      // old: which earlier epoch; expire: how far time advances; attach: which
+                             // identity; replay: which captured message, and where (bit 0)
 };
 
 const char* name(Op op) {
-  static const char* names[] = {"attach", "resume", "connect", "connected", "broken",
-                                "heartbeat", "detach", "touch", "expire"};
+  static const char* names[] = {"attach", "resume",  "connect", "connected", "broken",   "heartbeat",
+                                "detach", "touch",   "expire",  "reconnect", "replay"};
   return names[static_cast<int>(op)];
 }
+const char* name(ProofPurpose p) {
+  static const char* names[] = {"?", "connect", "resume", "heartbeat", "detach"};
+  return names[static_cast<int>(p)];
+}
 const char* name(Which w) {
-  static const char* names[] = {"current", "unconfirmed", "old", "future", "forged", "wrong_purpose"};
+  static const char* names[] = {"current", "unconfirmed", "old", "future", "forged", "wrong_purpose", "unbound",
+                                "intruder"};
   return names[static_cast<int>(w)];
 }
 bool names_epoch(Op op) {
   return op == Op::resume || op == Op::connect || op == Op::heartbeat || op == Op::detach;
 }
 std::chrono::milliseconds advance(std::uint8_t arg) { return 25ms * (arg % 8 + 1); }  // 25 .. 200 ms
+// A replay arrives on the captured message's own connection (while it is open) or on another.
+bool replay_on_own(std::uint8_t arg) { return (arg & 1) == 0; }
 
 // Shrunk counterexamples print as a readable schedule.
 void showValue(const Step& s, std::ostream& os) {
   os << name(s.op);
-  if (s.op == Op::attach) return;
-  if (s.op == Op::expire) {
-    os << "(+" << advance(s.arg).count() << "ms)";
-    return;
+  switch (s.op) {
+    case Op::attach: os << '(' << kIdentities[s.arg % 2] << ')'; return;
+    case Op::expire: os << "(+" << advance(s.arg).count() << "ms)"; return;
+    case Op::replay:
+      os << '(' << (s.which == Which::current ? "current epoch" : "any") << " #" << (s.arg >> 1) << ", "
+         << (replay_on_own(s.arg) ? "own connection" : "another connection") << ')';
+      return;
+    default: break;
   }
   os << "(s" << static_cast<int>(s.session);
   if (names_epoch(s.op) || s.op == Op::broken) {
@@ -78,11 +106,11 @@ void showValue(const Step& s, std::ostream& os) {
 
 // ---- the reference model --------------------------------------------------------------------
 
-enum class Verdict { admitted, unknown, bad_proof, stale, busy, no_capacity };
+enum class Verdict { admitted, unknown, bad_proof, stale, busy, no_capacity, unauthenticated, unauthorized };
 
 const char* name(Verdict v) {
-  static const char* names[] = {"admitted", "unknown_session", "bad_proof", "stale_epoch", "refused_state",
-                                "no_capacity"};
+  static const char* names[] = {"admitted",    "unknown_session", "bad_proof",       "stale_epoch",
+                                "refused_state", "no_capacity",   "unauthenticated", "unauthorized"};
   return names[static_cast<int>(v)];
 }
 
@@ -92,13 +120,26 @@ Verdict verdict_of(const Error& e) {
   if (e == errc::stale_epoch) return Verdict::stale;
   if (e == errc::invalid_argument) return Verdict::busy;
   if (e == errc::no_capacity) return Verdict::no_capacity;
+  if (e == errc::unauthenticated) return Verdict::unauthenticated;
+  if (e == errc::unauthorized) return Verdict::unauthorized;
   RC_FAIL("unexpected error: " + e.message());
   return Verdict::busy;
 }
+template <class T>
+Verdict verdict_of(const Result<T>& r) {
+  return r ? Verdict::admitted : verdict_of(r.error());
+}
+
+// One control connection as the owner keeps it. The producer's closes when it opens another.
+struct Connection {
+  ControlConnection guard;
+  bool open = true;
+};
 
 struct RefSession {
   SessionId id = 0;
   SessionSecret secret{};
+  std::string identity;
   bool alive = true;
   std::uint64_t epoch = 1;
   SessionState state = SessionState::attached;
@@ -106,11 +147,23 @@ struct RefSession {
   TablePoint last_seen{};
   enum class Link { none, pending, established, dead } link = Link::none;
   std::uint64_t confirmed = 0;  // the last epoch whose QP reached ESTABLISHED
+  std::size_t connection = 0;   // the producer's control connection now
+  std::uint64_t counter = 0;    // the last counter it used there
+};
+
+// A control message the producer sent: what a replayer captured.
+struct Captured {
+  std::size_t session = 0;
+  ProofPurpose purpose = ProofPurpose::resume;
+  std::uint64_t epoch = 0;
+  std::uint64_t counter = 0;
+  Proof proof{};
+  std::size_t connection = 0;
 };
 
 struct RefCounters {
   std::uint64_t attaches = 0, resumes = 0, connects = 0, detaches = 0, expired = 0, refused_unknown = 0,
-                refused_proof = 0, refused_stale = 0, refused_state = 0, refused_capacity = 0;
+                refused_proof = 0, refused_stale = 0, refused_state = 0, refused_capacity = 0, refused_identity = 0;
 };
 
 class Harness {
@@ -120,8 +173,9 @@ class Harness {
   void step(const Step& s) {
     std::ostringstream d;
     switch (s.op) {
-      case Op::attach: attach(d); break;
+      case Op::attach: attach(kIdentities[s.arg % 2], d); break;
       case Op::expire: expire(advance(s.arg), d); break;
+      case Op::replay: replay(s, d); break;
       default:
         if (sessions_.empty()) break;
         RefSession& r = sessions_[s.session % sessions_.size()];
@@ -138,6 +192,12 @@ class Harness {
             if (r.alive) r.last_seen = now_;
             d << "lease restarts";
             break;
+          case Op::reconnect:
+            connections_[r.connection]->open = false;
+            r.connection = open_connection(r.identity);
+            r.counter = 0;
+            d << "a new control connection";
+            break;
           default: break;
         }
     }
@@ -150,7 +210,7 @@ class Harness {
  private:
   static std::string describe(const RefSession& r) {
     if (!r.alive) return "(gone)";
-    std::string out = "(epoch " + std::to_string(r.epoch) + ", " + to_string(r.state);
+    std::string out = "(" + r.identity + ", epoch " + std::to_string(r.epoch) + ", " + to_string(r.state);
     if (r.unconfirmed) out += ", U " + std::to_string(*r.unconfirmed);
     return out + ")";
   }
@@ -159,30 +219,61 @@ class Harness {
     return static_cast<std::size_t>(std::count_if(sessions_.begin(), sessions_.end(), [](const RefSession& r) { return r.alive; }));
   }
 
-  // The epoch a message names, and the proof it carries.
+  std::size_t open_connection(const std::string& identity) {
+    connections_.push_back(std::make_unique<Connection>(Connection{ControlConnection(identity, random_nonce())}));
+    return connections_.size() - 1;
+  }
+
+  // The epoch a message names.
   std::uint64_t epoch_for(const RefSession& r, const Step& s) const {
     switch (s.which) {
-      case Which::current:
-      case Which::forged:
-      case Which::wrong_purpose: return r.epoch;
       case Which::unconfirmed: return r.unconfirmed ? *r.unconfirmed : r.epoch - 1;
       case Which::old: return r.epoch > 1 ? r.epoch - 1 - s.arg % (r.epoch - 1) : 0;
       case Which::future: return r.epoch + 1;
+      default: return r.epoch;
     }
-    return r.epoch;
   }
-  static Proof proof_for(const RefSession& r, const Step& s, ProofPurpose purpose, std::uint64_t epoch) {
-    if (s.which == Which::wrong_purpose)
-      purpose = purpose == ProofPurpose::connect ? ProofPurpose::resume : ProofPurpose::connect;
-    Proof p = make_proof(r.secret, purpose, r.id, epoch);
+  // The purpose a step's proof is made for, and whether it is spoilt.
+  static ProofPurpose proof_purpose(const Step& s, ProofPurpose purpose) {
+    if (s.which != Which::wrong_purpose) return purpose;
+    return purpose == ProofPurpose::connect ? ProofPurpose::resume : ProofPurpose::connect;
+  }
+  static void spoil(const Step& s, Proof& p) {
     if (s.which == Which::forged) p[s.arg % p.size()] ^= std::byte{1};
-    return p;
+  }
+  static std::string other_identity(const std::string& identity) { return identity == "a" ? "b" : "a"; }
+
+  // A control message of session `r` for `purpose`, as the step sends it, reaching the table
+  // through `ask`: the producer's own (on its connection, with its next counter; captured, for
+  // replays), a v3 producer's with no binding, or an intruder's, signed over a connection of
+  // another identity.
+  template <class Ask>
+  auto send(RefSession& r, const Step& s, ProofPurpose purpose, std::uint64_t epoch, Ask ask) {
+    const ProofPurpose made_for = proof_purpose(s, purpose);
+    if (s.which == Which::unbound) {
+      const Proof p = make_proof(r.secret, made_for, r.id, epoch);
+      return ask(Credentials{r.id, epoch, p, r.identity, std::nullopt});
+    }
+    Connection& c = s.which == Which::intruder ? *connections_[open_connection(other_identity(r.identity))]
+                                               : *connections_[r.connection];
+    const std::uint64_t counter = s.which == Which::intruder ? 1 : ++r.counter;
+    const ChannelBinding binding = c.guard.bind(counter).value();  // a fresh counter: never refused
+    Proof p = make_control_proof(r.secret, made_for, r.id, epoch, binding);
+    spoil(s, p);
+    if (s.which != Which::intruder)
+      captured_.push_back(Captured{static_cast<std::size_t>(&r - sessions_.data()), purpose, epoch, counter, p,
+                                   r.connection});
+    return ask(Credentials{r.id, epoch, p, c.guard.identity(), binding});
   }
 
-  // Known session, then proof, then epoch: what every message checks first (sessions.md §5.2).
-  Verdict screen(const RefSession& r, const Step& s, bool epoch_ok) {
+  // Bound to a channel, known session, proof, identity, then epoch: what every control message
+  // checks first (sessions.md §5.2); a connect request has no channel and names no identity.
+  Verdict screen(const RefSession& r, const Step& s, bool epoch_ok, bool control) {
+    if (control && s.which == Which::unbound) return ++c_.refused_proof, Verdict::unauthenticated;
     if (!r.alive) return ++c_.refused_unknown, Verdict::unknown;
-    if (s.which == Which::forged || s.which == Which::wrong_purpose) return ++c_.refused_proof, Verdict::bad_proof;
+    if (s.which == Which::forged || s.which == Which::wrong_purpose)
+      return ++c_.refused_proof, Verdict::bad_proof;
+    if (control && s.which == Which::intruder) return ++c_.refused_identity, Verdict::unauthorized;
     if (!epoch_ok) return ++c_.refused_stale, Verdict::stale;
     return Verdict::admitted;
   }
@@ -199,10 +290,10 @@ class Harness {
               std::to_string(r.confirmed) + " was confirmed");
   }
 
-  void attach(std::ostream& d) {
-    const auto got = table_.attach(now_);
+  void attach(const std::string& identity, std::ostream& d) {
+    const auto got = table_.attach(identity, now_);
     const Verdict want = alive() < kMaxSessions ? Verdict::admitted : Verdict::no_capacity;
-    expect(want, got ? Verdict::admitted : verdict_of(got.error()), "attach", d);
+    expect(want, verdict_of(got), "attach", d);
     if (!got) {
       ++c_.refused_capacity;
       return;
@@ -215,7 +306,9 @@ class Harness {
     RefSession r;
     r.id = e.id;
     r.secret = e.secret;
+    r.identity = identity;
     r.last_seen = now_;
+    r.connection = open_connection(identity);
     sessions_.push_back(r);
     ++c_.attaches;
     d << ": s" << sessions_.size() - 1;
@@ -223,11 +316,11 @@ class Harness {
 
   void resume(RefSession& r, const Step& s, std::ostream& d) {
     const std::uint64_t e = epoch_for(r, s);
-    const Proof p = proof_for(r, s, ProofPurpose::resume, e);
     const bool current = e == r.epoch, retry = r.unconfirmed && *r.unconfirmed <= e && e < r.epoch;
-    const Verdict want = screen(r, s, current || retry);
-    const auto got = table_.resume(Credentials{r.id, e, p}, now_);
-    expect(want, got ? Verdict::admitted : verdict_of(got.error()), "resume(" + std::to_string(e) + ")", d);
+    const Verdict want = screen(r, s, current || retry, true);
+    const auto got =
+        send(r, s, ProofPurpose::resume, e, [&](const Credentials& who) { return table_.resume(who, now_); });
+    expect(want, verdict_of(got), "resume(" + std::to_string(e) + ")", d);
     if (!got) {
       if (want == Verdict::stale && e < r.epoch) stale_refused_ = true;
       return;
@@ -246,14 +339,15 @@ class Harness {
 
   void connect(RefSession& r, const Step& s, std::ostream& d) {
     const std::uint64_t e = epoch_for(r, s);
-    const Proof p = proof_for(r, s, ProofPurpose::connect, e);
-    Verdict want = screen(r, s, e == r.epoch);
+    Proof p = make_proof(r.secret, proof_purpose(s, ProofPurpose::connect), r.id, e);
+    spoil(s, p);
+    Verdict want = screen(r, s, e == r.epoch, false);
     if (want == Verdict::admitted && r.state != SessionState::attached && r.state != SessionState::resuming) {
       want = Verdict::busy;
       ++c_.refused_state;
     }
     const auto got = table_.admit_connect(wire::ConnectData{r.id, e, p, 0x1000, 7}, now_);
-    expect(want, got ? Verdict::admitted : verdict_of(got.error()), "connect(" + std::to_string(e) + ")", d);
+    expect(want, verdict_of(got), "connect(" + std::to_string(e) + ")", d);
     if (!got) return;
     fenced(r, e, "connect");
     r.link = RefSession::Link::pending;  // a new QP replaces any earlier one of this epoch
@@ -293,10 +387,10 @@ class Harness {
 
   void heartbeat(RefSession& r, const Step& s, std::ostream& d) {
     const std::uint64_t e = epoch_for(r, s);
-    const Proof p = proof_for(r, s, ProofPurpose::heartbeat, e);
-    const Verdict want = screen(r, s, e == r.epoch || (r.unconfirmed && *r.unconfirmed <= e && e < r.epoch));
-    const auto got = table_.heartbeat(Credentials{r.id, e, p}, now_);
-    expect(want, got ? Verdict::admitted : verdict_of(got.error()), "heartbeat(" + std::to_string(e) + ")", d);
+    const Verdict want = screen(r, s, e == r.epoch || (r.unconfirmed && *r.unconfirmed <= e && e < r.epoch), true);
+    const auto got =
+        send(r, s, ProofPurpose::heartbeat, e, [&](const Credentials& who) { return table_.heartbeat(who, now_); });
+    expect(want, verdict_of(got), "heartbeat(" + std::to_string(e) + ")", d);
     if (!got) return;
     fenced(r, e, "heartbeat");
     r.last_seen = now_;
@@ -304,13 +398,48 @@ class Harness {
 
   void detach(RefSession& r, const Step& s, std::ostream& d) {
     const std::uint64_t e = epoch_for(r, s);
-    const Proof p = proof_for(r, s, ProofPurpose::detach, e);
-    const Verdict want = screen(r, s, e == r.epoch);
-    const auto got = table_.detach(Credentials{r.id, e, p});
-    expect(want, got ? Verdict::admitted : verdict_of(got.error()), "detach(" + std::to_string(e) + ")", d);
+    const Verdict want = screen(r, s, e == r.epoch, true);
+    const auto got = send(r, s, ProofPurpose::detach, e, [&](const Credentials& who) { return table_.detach(who); });
+    expect(want, verdict_of(got), "detach(" + std::to_string(e) + ")", d);
     if (!got) return;
     r.alive = false;
     ++c_.detaches;
+  }
+
+  // A captured message again, verbatim: on its own connection (while open) its counter is used;
+  // on a connection of the replayer's (authenticated as the session's identity: the worst case)
+  // its proof covers another nonce. Refused either way, and it changes nothing (check() after the
+  // step compares the whole table with the reference, which this leaves as it was).
+  void replay(const Step& s, std::ostream& d) {
+    std::vector<const Captured*> pool;
+    for (const Captured& m : captured_) {
+      const RefSession& r = sessions_[m.session];
+      if (s.which != Which::current || (r.alive && m.epoch == r.epoch)) pool.push_back(&m);
+    }
+    if (pool.empty()) {
+      d << "nothing captured";
+      return;
+    }
+    const Captured& m = *pool[(s.arg >> 1) % pool.size()];
+    const RefSession& r = sessions_[m.session];
+    const bool own = replay_on_own(s.arg) && connections_[m.connection]->open;
+    Connection& on = own ? *connections_[m.connection] : *connections_[open_connection(r.identity)];
+    d << "s" << m.session << ' ' << describe(r) << ": " << name(m.purpose) << '(' << m.epoch << ") #" << m.counter
+      << (own ? " on its own connection" : " on another connection") << ": ";
+    Verdict want = Verdict::bad_proof;
+    if (own) {  // refused by the connection: the table never sees it
+      const auto bound = on.guard.bind(m.counter);
+      expect(want, verdict_of(bound), "replay", d);
+    } else {
+      want = r.alive ? (++c_.refused_proof, Verdict::bad_proof) : (++c_.refused_unknown, Verdict::unknown);
+      const ChannelBinding binding = on.guard.bind(m.counter).value();
+      const Credentials who{r.id, m.epoch, m.proof, on.guard.identity(), binding};
+      const Verdict got = m.purpose == ProofPurpose::resume      ? verdict_of(table_.resume(who, now_))
+                          : m.purpose == ProofPurpose::heartbeat ? verdict_of(table_.heartbeat(who, now_))
+                                                                 : verdict_of(table_.detach(who));
+      expect(want, got, "replay", d);
+    }
+    if (r.alive && m.epoch == r.epoch) current_replayed_ = true;
   }
 
   void expire(std::chrono::milliseconds dt, std::ostream& d) {
@@ -342,21 +471,27 @@ class Harness {
         continue;
       }
       if (!e) RC_FAIL("s" + std::to_string(i) + " is gone");
-      const bool same = e->epoch == r.epoch && e->state == r.state && e->unconfirmed == r.unconfirmed &&
-                        e->last_seen == r.last_seen;
+      const bool same = e->identity == r.identity && e->epoch == r.epoch && e->state == r.state &&
+                        e->unconfirmed == r.unconfirmed && e->last_seen == r.last_seen;
       if (!same)
-        RC_FAIL("s" + std::to_string(i) + ": the table has epoch " + std::to_string(e->epoch) + " " +
-                to_string(e->state) + (e->unconfirmed ? " U " + std::to_string(*e->unconfirmed) : "") +
+        RC_FAIL("s" + std::to_string(i) + ": the table has " + e->identity + ", epoch " + std::to_string(e->epoch) +
+                " " + to_string(e->state) + (e->unconfirmed ? " U " + std::to_string(*e->unconfirmed) : "") +
                 ", the rules say " + describe(r));
       // sessions.md §5.1: U is set exactly while the state is resuming.
       RC_ASSERT(e->unconfirmed.has_value() == (e->state == SessionState::resuming));
       RC_ASSERT(e->epoch >= r.confirmed);
     }
+    for (const std::string& identity : kIdentities) {
+      const auto held = std::count_if(sessions_.begin(), sessions_.end(),
+                                      [&](const RefSession& r) { return r.alive && r.identity == identity; });
+      RC_ASSERT(table_.held(identity) == static_cast<std::size_t>(held));
+    }
     const SessionCounters& t = table_.counters();
     const bool same = t.attaches == c_.attaches && t.resumes == c_.resumes && t.connects == c_.connects &&
                       t.detaches == c_.detaches && t.expired == c_.expired && t.refused_unknown == c_.refused_unknown &&
                       t.refused_proof == c_.refused_proof && t.refused_stale == c_.refused_stale &&
-                      t.refused_state == c_.refused_state && t.refused_capacity == c_.refused_capacity;
+                      t.refused_state == c_.refused_state && t.refused_capacity == c_.refused_capacity &&
+                      t.refused_identity == c_.refused_identity;
     if (!same) RC_FAIL("the table's counters differ from the rules'");
   }
 
@@ -364,12 +499,15 @@ class Harness {
   bool retried() const { return retried_; }
   bool stale_refused() const { return stale_refused_; }
   bool expired() const { return expired_; }
+  bool current_replayed() const { return current_replayed_; }
 
  private:
-  bool retried_ = false, stale_refused_ = false, expired_ = false;
+  bool retried_ = false, stale_refused_ = false, expired_ = false, current_replayed_ = false;
   SessionTable table_;
   TablePoint now_ = TablePoint{} + 1h;
   std::vector<RefSession> sessions_;
+  std::vector<std::unique_ptr<Connection>> connections_;
+  std::vector<Captured> captured_;
   RefCounters c_;
 };
 
@@ -382,21 +520,34 @@ rc::Gen<std::vector<Step>> schedules() {
                                                 {4, Op::heartbeat},
                                                 {1, Op::detach},
                                                 {2, Op::touch},
-                                                {3, Op::expire}});
+                                                {3, Op::expire},
+                                                {1, Op::reconnect},
+                                                {8, Op::replay}});
   const auto which = rc::gen::weightedElement<Which>({{6, Which::current},
                                                       {4, Which::unconfirmed},
                                                       {4, Which::old},
                                                       {1, Which::future},
                                                       {1, Which::forged},
-                                                      {1, Which::wrong_purpose}});
+                                                      {1, Which::wrong_purpose},
+                                                      {1, Which::unbound},
+                                                      {1, Which::intruder}});
   return rc::gen::container<std::vector<Step>>(rc::gen::apply(
       [](Op o, std::uint8_t session, Which w, std::uint8_t arg) {
         // Fields a step does not use stay 0, so the shrunk schedule shows only what matters.
         Step s{o, 0, Which::current, 0};
-        if (o == Op::attach) return s;
-        if (o == Op::expire) return s.arg = arg, s;
+        switch (o) {
+          case Op::attach: s.arg = arg % 2; return s;
+          case Op::expire: s.arg = arg; return s;
+          case Op::replay:
+            s.which = w == Which::current ? Which::current : Which::old;
+            s.arg = arg;
+            return s;
+          default: break;
+        }
         s.session = session % 4;
-        if (names_epoch(o)) s.which = w;
+        // A connect request has no channel to leave unbound, and names no identity.
+        const bool channel_only = w == Which::unbound || w == Which::intruder;
+        if (names_epoch(o)) s.which = o == Op::connect && channel_only ? Which::current : w;
         if (o == Op::broken) s.which = w == Which::old ? Which::old : Which::current;
         if (s.which == Which::old || s.which == Which::forged) s.arg = arg;
         return s;
@@ -413,5 +564,153 @@ TEST_CASE("the session table admits exactly what its rules admit", "[property][s
     RC_CLASSIFY(h.retried(), "a retry from the unconfirmed epoch admitted");
     RC_CLASSIFY(h.stale_refused(), "a resume of an older epoch refused");
     RC_CLASSIFY(h.expired(), "a lease ran out");
+    RC_CLASSIFY(h.current_replayed(), "a message of the current epoch replayed");
+  });
+}
+
+// ---- admission by identity ------------------------------------------------------------------------
+
+namespace {
+
+const std::string kAdmitted[] = {"p-0", "p-1", "p-2", "q", "r"};  // no rule names "r"
+constexpr std::uint64_t kRing = 4096;
+
+enum class AdmitOp : std::uint8_t { attach, detach, close, expire };
+struct AdmitStep {
+  AdmitOp op = AdmitOp::attach;
+  std::uint8_t arg = 0;  // attach: which identity; detach, close: which live session
+};
+
+void showValue(const AdmitStep& s, std::ostream& os) {
+  static const char* names[] = {"attach", "detach", "close", "expire"};
+  os << names[static_cast<int>(s.op)] << '(';
+  if (s.op == AdmitOp::attach) os << kAdmitted[s.arg % 5];
+  else os << static_cast<int>(s.arg);
+  os << ')';
+}
+
+// The rule that applies to `identity`: the first that matches. The patterns below are literals or
+// end in '*', so the reference needs no glob of its own.
+const IdentityRule* rule_for(const std::vector<IdentityRule>& rules, const std::string& identity) {
+  const auto rule = std::find_if(rules.begin(), rules.end(), [&](const IdentityRule& r) {
+    const bool prefix = r.pattern.back() == '*';
+    return prefix ? identity.rfind(r.pattern.substr(0, r.pattern.size() - 1), 0) == 0 : r.pattern == identity;
+  });
+  return rule == rules.end() ? nullptr : &*rule;
+}
+
+// What the rules say of one more session of `identity`, given what it and all hold.
+errc admission(const std::vector<IdentityRule>& rules, const std::string& identity, std::uint64_t held,
+               std::size_t total, std::size_t max_sessions) {
+  if (!rules.empty()) {
+    const IdentityRule* rule = rule_for(rules, identity);
+    if (!rule) return errc::unauthorized;
+    if (rule->max_sessions != 0 && held >= rule->max_sessions) return errc::quota_exceeded;
+    if (rule->max_ring_bytes != 0 && (held + 1) * kRing > rule->max_ring_bytes) return errc::quota_exceeded;
+  }
+  return total >= max_sessions ? errc::no_capacity : errc{};
+}
+
+}  // namespace
+
+TEST_CASE("no identity ever holds more than its allow rule admits", "[property][sessions][admission]") {
+  rc::prop("random rules; attach, detach, close and expire from several identities", [] {
+    // Up to three rules over "p-*", "p-0", "q" in any order (the first that matches applies; a
+    // later rule of the same pattern would never apply).
+    std::vector<IdentityRule> rules;
+    const auto patterns =
+        *rc::gen::container<std::vector<std::string>>(rc::gen::element<std::string>("p-*", "p-0", "q"));
+    for (const std::string& p : patterns) {
+      if (rule_for(rules, p) && rule_for(rules, p)->pattern == p) continue;
+      rules.push_back({p, *rc::gen::inRange<std::uint32_t>(0, 4),
+                       *rc::gen::element<std::uint64_t>(0, kRing, 2 * kRing, 3 * kRing - 1, 5 * kRing)});
+    }
+    OwnerConfig cfg;
+    cfg.ring_bytes = kRing;
+    cfg.max_record = 1000;
+    cfg.max_sessions = *rc::gen::inRange<std::uint32_t>(1, 8);
+    cfg.lease = 100ms;
+    cfg.allow = rules;
+    RC_ASSERT(cfg.validate().has_value());
+    OwnerCore core(cfg);
+    std::deque<std::vector<std::byte>> rings;
+    std::map<std::string, std::uint64_t> held;
+    std::vector<SessionEntry> live;
+    TablePoint now = TablePoint{} + 1h;
+    std::uint64_t refused_quota = 0, refused_unauthorized = 0;
+    const auto steps = *rc::gen::container<std::vector<AdmitStep>>(rc::gen::apply(
+        [](AdmitOp op, std::uint8_t arg) { return AdmitStep{op, arg}; },
+        rc::gen::weightedElement<AdmitOp>(
+            {{6, AdmitOp::attach}, {2, AdmitOp::detach}, {1, AdmitOp::close}, {1, AdmitOp::expire}}),
+        rc::gen::arbitrary<std::uint8_t>()));
+    const auto forget = [&](SessionId id) {
+      const auto it = std::find_if(live.begin(), live.end(), [id](const SessionEntry& e) { return e.id == id; });
+      RC_ASSERT(it != live.end());
+      --held[it->identity];
+      live.erase(it);
+    };
+    for (const AdmitStep& s : steps) {
+      switch (s.op) {
+        case AdmitOp::attach: {
+          const std::string& identity = kAdmitted[s.arg % 5];
+          const errc want = admission(rules, identity, held[identity], live.size(), cfg.max_sessions);
+          const auto asked = core.can_attach(identity);
+          const auto got = core.attach(identity, rings.emplace_back(kRing), now);
+          RC_ASSERT(asked.has_value() == got.has_value());
+          if (want == errc{}) {
+            if (!got) RC_FAIL(identity + " refused: " + got.error().message());
+            live.push_back(got.value());
+            ++held[identity];
+          } else {
+            if (got) RC_FAIL(identity + " admitted; the rules say " + make_error_code(want).message());
+            RC_ASSERT(got.error() == want);
+            RC_ASSERT(asked.error() == want);
+            refused_quota += 2 * (want == errc::quota_exceeded);
+            refused_unauthorized += 2 * (want == errc::unauthorized);
+          }
+          break;
+        }
+        case AdmitOp::detach: {
+          if (live.empty()) break;
+          const SessionEntry e = live[s.arg % live.size()];
+          const ChannelBinding b{random_nonce(), 1};
+          const Proof p = make_control_proof(e.secret, ProofPurpose::detach, e.id, 1, b);
+          RC_ASSERT(core.detach(Credentials{e.id, 1, p, e.identity, b}).has_value());
+          forget(e.id);
+          break;
+        }
+        case AdmitOp::close: {
+          if (live.empty()) break;
+          const SessionId id = live[s.arg % live.size()].id;
+          core.close(id, CloseReason::protocol_violation, "test");
+          forget(id);
+          break;
+        }
+        case AdmitOp::expire:
+          now += 60ms;
+          core.tick(now);
+          for (const ClosedSession& c : core.take_closed())
+            if (c.reason == CloseReason::lease_expired) forget(c.session);
+          break;
+      }
+      core.take_closed();
+      // Never beyond a rule: sessions, and ring bytes.
+      for (const auto& [identity, n] : held) {
+        RC_ASSERT(core.table().held(identity) == n);
+        if (rules.empty()) continue;
+        const IdentityRule* rule = rule_for(rules, identity);
+        if (!rule) {
+          RC_ASSERT(n == 0u);
+          continue;
+        }
+        if (rule->max_sessions != 0) RC_ASSERT(n <= rule->max_sessions);
+        if (rule->max_ring_bytes != 0) RC_ASSERT(n * kRing <= rule->max_ring_bytes);
+      }
+      RC_ASSERT(core.counters().refused_quota == refused_quota);
+      RC_ASSERT(core.counters().refused_unauthorized == refused_unauthorized);
+    }
+    RC_CLASSIFY(rules.empty(), "no rules: any identity");
+    RC_CLASSIFY(refused_quota > 0, "a quota refused an attach");
+    RC_CLASSIFY(refused_unauthorized > 0, "an identity no rule matches refused");
   });
 }

@@ -258,6 +258,31 @@ TEST_CASE("spec vectors: proofs", "[spec]") {
   }
 }
 
+TEST_CASE("spec vectors: control proofs", "[spec]") {
+  for (const auto& v : vectors().at("control_proof")) {
+    INFO(v.dump());
+    const auto secret = fixed<kSecretSize>(v.at("secret"));
+    const auto purpose = static_cast<ProofPurpose>(number(v.at("purpose")));
+    const auto session = number(v.at("session"));
+    const auto epoch = number(v.at("epoch"));
+    const ChannelBinding binding{fixed<kNonceSize>(v.at("nonce")), number(v.at("counter"))};
+    // {purpose u8, session u64, epoch u64, nonce, counter u64}: the plain proof's message, then
+    // the channel's binding.
+    auto message = little_endian(number(v.at("purpose")), 1);
+    for (const auto& part : {little_endian(session, 8), little_endian(epoch, 8), as_vector(binding.nonce),
+                             little_endian(binding.counter, 8)})
+      message.insert(message.end(), part.begin(), part.end());
+    CHECK(message == bytes(v.at("message")));
+    const auto proof = bytes(v.at("proof"));
+    CHECK(as_vector(make_control_proof(secret, purpose, session, epoch, binding)) == proof);
+    CHECK(proof_matches(secret, purpose, session, epoch, binding, proof));
+    // Not a plain proof, nor another counter's.
+    CHECK_FALSE(proof_matches(secret, purpose, session, epoch, proof));
+    const ChannelBinding next{binding.nonce, binding.counter + 1};
+    CHECK_FALSE(proof_matches(secret, purpose, session, epoch, next, proof));
+  }
+}
+
 TEST_CASE("spec vectors: connect and accept private data", "[spec]") {
   for (const auto& v : vectors().at("connect_data")) {
     INFO(v.dump());
@@ -328,6 +353,7 @@ TEST_CASE("spec constants: the table of wire-formats.md equals the reference", "
       {"PayloadCheck::crc32c", static_cast<std::uint64_t>(wire::PayloadCheck::crc32c)},
       {"PayloadCheck::none", static_cast<std::uint64_t>(wire::PayloadCheck::none)},
       {"kProofSize", wire::kProofSize},
+      {"kNonceSize", kNonceSize},
       {"kSecretSize", kSecretSize},
       {"ProofPurpose::connect", static_cast<std::uint64_t>(ProofPurpose::connect)},
       {"ProofPurpose::resume", static_cast<std::uint64_t>(ProofPurpose::resume)},

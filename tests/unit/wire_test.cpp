@@ -124,6 +124,7 @@ TEST_CASE("ring geometry refuses sizes that are not powers of two or too small",
 TEST_CASE("ring owner options: relaxed ordering is refused with tail mode, allowed with imm", "[config]") {
   RingOwnerOptions o;
   o.address = "169.254.0.1";
+  o.security.insecure_plaintext = true;  // validate() reads no TLS material
   o.mode = wire::PublishMode::tail;
   o.relaxed_ordering = true;
   auto r = o.validate();

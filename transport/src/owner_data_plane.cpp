@@ -81,13 +81,13 @@ OwnerDataPlane::OwnerDataPlane(const OwnerDataPlaneOptions& options) : options_(
 }
 
 OwnerDataPlane::~OwnerDataPlane() {
-  Closed closed;
+  Notices notices;
   {
     std::lock_guard lock(m_);
     for (SessionId id : core_.session_ids()) core_.close(id, CloseReason::owner_stopped, "the owner stopped");
-    apply_actions(closed);
+    apply_actions(notices);
   }
-  notify(closed);
+  notify(notices);
 }
 
 int OwnerDataPlane::cm_fd() const noexcept { return channel_.get()->fd; }
@@ -137,12 +137,15 @@ void OwnerDataPlane::drop_link(SessionRing& r) {
   r.link.reset();
 }
 
-void OwnerDataPlane::apply_actions(Closed& closed) {
+void OwnerDataPlane::apply_actions(Notices& notices) {
   for (;;) {
     for (SessionId id : core_.take_broken()) {
       SessionRing* r = ring_of(id);
       if (r && r->link) (void)r->link->id.start_disconnect();  // already gone: nothing to tell
     }
+    auto records = core_.take_records();
+    notices.records.insert(notices.records.end(), std::make_move_iterator(records.begin()),
+                           std::make_move_iterator(records.end()));
     auto ended = core_.take_closed();
     if (ended.empty()) return;
     for (const ClosedSession& c : ended) {
@@ -151,7 +154,7 @@ void OwnerDataPlane::apply_actions(Closed& closed) {
       drop_link(*it->second);
       rings_.erase(it);  // freed now, or by the poll that holds its records
     }
-    closed.insert(closed.end(), std::make_move_iterator(ended.begin()), std::make_move_iterator(ended.end()));
+    notices.closed.insert(notices.closed.end(), std::make_move_iterator(ended.begin()), std::make_move_iterator(ended.end()));
     // The QPs are destroyed: every completion they will ever make is in the CQ now. Drained
     // before any new QP exists, so a reused QP number cannot inherit them. Their sessions are
     // gone, so they count as stale; a failure shows at the next poll.
@@ -165,10 +168,12 @@ void OwnerDataPlane::apply_actions(Closed& closed) {
   }
 }
 
-void OwnerDataPlane::notify(const Closed& closed) const {
-  if (closed.empty()) return;
+void OwnerDataPlane::notify(const Notices& notices) const {
+  if (options_.on_session)
+    for (const SessionRecord& r : notices.records) options_.on_session(r);
+  if (notices.closed.empty()) return;
   if (options_.on_session_closed)
-    for (const ClosedSession& c : closed) options_.on_session_closed(c.session, c.reason, c.message);
+    for (const ClosedSession& c : notices.closed) options_.on_session_closed(c.session, c.reason, c.message);
   // An application asleep in wait() (or on fd()) until its producers are gone learns it now,
   // after on_session_closed has told it which (wakeup.md O4).
   waiter_->wake();
@@ -239,7 +244,7 @@ void OwnerDataPlane::dispatch(const ibv_wc& wc) {
   }
 }
 
-Result<void> OwnerDataPlane::take_completions(Closed& closed) {
+Result<void> OwnerDataPlane::take_completions(Notices& notices) {
   std::array<ibv_wc, 32> wcs;
   for (;;) {
     BOOST_OUTCOME_TRY(n, cq_->poll(wcs));
@@ -249,7 +254,7 @@ Result<void> OwnerDataPlane::take_completions(Closed& closed) {
   // Sessions the batch ended are torn down only now, after the whole batch was dispatched in
   // order: tearing one down mid-batch would drain (and dispatch) later completions before the
   // batch's earlier ones, and another session would see its immediates out of order.
-  apply_actions(closed);
+  apply_actions(notices);
   if (recv_owed_ >= kRecvRepostBatch) {
     BOOST_OUTCOME_TRYV(post_receives(recv_owed_));
     recv_owed_ = 0;
@@ -289,10 +294,10 @@ void OwnerDataPlane::take_async_events() {
 
 // ---- the polling thread -------------------------------------------------------------------------
 
-Result<void> OwnerDataPlane::take_events(Closed& closed) {
+Result<void> OwnerDataPlane::take_events(Notices& notices) {
   // Events a producer of this process read off the shared descriptor wake no observer here.
   if (async_->pending()) take_async_events();
-  BOOST_OUTCOME_TRYV(take_completions(closed));
+  BOOST_OUTCOME_TRYV(take_completions(notices));
   if (options_.core.mode == wire::PublishMode::tail) {
     for (const auto& [id, r] : rings_) {
       std::array<std::byte, wire::kTailRecordSize> tail;
@@ -303,11 +308,11 @@ Result<void> OwnerDataPlane::take_events(Closed& closed) {
   return success();
 }
 
-Result<bool> OwnerDataPlane::work_waiting(Closed& closed) {
-  BOOST_OUTCOME_TRYV(take_events(closed));
+Result<bool> OwnerDataPlane::work_waiting(Notices& notices) {
+  BOOST_OUTCOME_TRYV(take_events(notices));
   // Completions may have freed the send-queue slots a credit (or a doorbell flag) waited for.
   post_credits();
-  apply_actions(closed);
+  apply_actions(notices);
   return core_.wants_clock();
 }
 
@@ -318,7 +323,7 @@ void OwnerDataPlane::disarm() {
 }
 
 Result<bool> OwnerDataPlane::arm() {
-  Closed closed;
+  Notices notices;
   Result<bool> out = false;
   {
     std::lock_guard lock(m_);
@@ -328,7 +333,7 @@ Result<bool> OwnerDataPlane::arm() {
       // A wake() is taken only here, where it stops a sleep, never by a poll: one that came
       // while the caller was polling still ends its next wait.
       if (waiter_->take_wake()) return false;
-      BOOST_OUTCOME_TRY(work, work_waiting(closed));
+      BOOST_OUTCOME_TRY(work, work_waiting(notices));
       if (work) return false;
       // The doorbell flags go out, then the CQ is armed, then everything is looked at again: a
       // publish placed before the arming is found now, one after it raises a completion (an
@@ -337,13 +342,13 @@ Result<bool> OwnerDataPlane::arm() {
       post_credits();
       BOOST_OUTCOME_TRYV(cq_->arm());
       armed_ = true;
-      BOOST_OUTCOME_TRY(again, work_waiting(closed));
+      BOOST_OUTCOME_TRY(again, work_waiting(notices));
       if (again) return false;
       ++counters_.sleeps;
       return true;
     }();
   }
-  notify(closed);
+  notify(notices);
   return out;
 }
 
@@ -354,50 +359,50 @@ Result<bool> OwnerDataPlane::wait(std::chrono::milliseconds timeout) {
 }
 
 Result<std::span<const TakenRecord>> OwnerDataPlane::begin_poll(std::size_t max) {
-  Closed closed;
+  Notices notices;
   {
     std::lock_guard lock(m_);
     if (polling_)
       return make_error(errc::invalid_argument,
                         "poll() while a poll is open: from inside a handler, or from a second thread");
     disarm();
-    BOOST_OUTCOME_TRYV(take_events(closed));
+    BOOST_OUTCOME_TRYV(take_events(notices));
     taken_.clear();
     // The clock only when something was published: an idle consumer polls in a tight loop, and
     // under emulation a clock read costs more than the rest of an empty poll.
     if (core_.wants_clock()) core_.take_deliveries(max, Clock::now(), taken_);
-    apply_actions(closed);
+    apply_actions(notices);
     for (const TakenRecord& t : taken_) {
       if (!pinned_.empty() && pinned_.back().get() == ring_of(t.delivery.session)) continue;
       if (const auto it = rings_.find(t.delivery.session); it != rings_.end()) pinned_.push_back(it->second);
     }
     polling_ = true;
   }
-  notify(closed);
+  notify(notices);
   return std::span<const TakenRecord>(taken_);
 }
 
 std::size_t OwnerDataPlane::end_poll(std::size_t handled) noexcept {
-  Closed closed;
+  Notices notices;
   std::vector<std::shared_ptr<SessionRing>> unpin;
   {
     std::lock_guard lock(m_);
     core_.finish_deliveries(taken_, handled);
     post_credits();
-    apply_actions(closed);
+    apply_actions(notices);
     polling_ = false;
     unpin.swap(pinned_);
   }
   // A ring whose session closed during the poll is freed here, outside the lock.
   unpin.clear();
   pinned_.swap(unpin);  // keeps the vector's capacity for the next poll
-  notify(closed);
+  notify(notices);
   return std::min(handled, taken_.size());
 }
 
 // ---- the control thread -------------------------------------------------------------------------
 
-void OwnerDataPlane::on_connect_request(verbs::ConnectRequest request, Closed& closed) {
+void OwnerDataPlane::on_connect_request(verbs::ConnectRequest request, Notices& notices) {
   const auto hello = wire::decode_connect_data(request.private_data);
   if (!hello) {
     ++counters_.malformed_connects;
@@ -412,7 +417,7 @@ void OwnerDataPlane::on_connect_request(verbs::ConnectRequest request, Closed& c
   // A new QP for this epoch replaces any earlier one; the old QP's completions are drained
   // before the new QP exists, so its number cannot inherit them.
   drop_link(*r);
-  (void)take_completions(closed);
+  (void)take_completions(notices);
   auto link = std::make_unique<Link>(Link{std::move(request.id), {}, *hello});
   try {
     verbs::QueuePairCaps caps;
@@ -441,7 +446,7 @@ void OwnerDataPlane::on_connect_request(verbs::ConnectRequest request, Closed& c
 }
 
 void OwnerDataPlane::on_cm_readable() {
-  Closed closed;
+  Notices notices;
   {
     std::lock_guard lock(m_);
     for (;;) {
@@ -454,7 +459,7 @@ void OwnerDataPlane::on_cm_readable() {
           const verbs::CmEvent e = std::move(event).value();
           request.emplace(verbs::CmId::adopt_request(e));
         }
-        on_connect_request(std::move(*request), closed);
+        on_connect_request(std::move(*request), notices);
         continue;
       }
       const auto it = by_cm_.find(event.value().id());
@@ -474,12 +479,12 @@ void OwnerDataPlane::on_cm_readable() {
           break;
       }
     }
-    apply_actions(closed);
+    apply_actions(notices);
   }
   // A new or broken link: a sleeping poller arms again, which asks the new link's producer for
   // doorbells or takes the broken one's completions.
   waiter_->wake();
-  notify(closed);
+  notify(notices);
 }
 
 void OwnerDataPlane::on_async_readable() {
@@ -488,25 +493,33 @@ void OwnerDataPlane::on_async_readable() {
 }
 
 void OwnerDataPlane::tick(Clock::time_point now) {
-  Closed closed;
+  Notices notices;
   {
     std::lock_guard lock(m_);
     core_.tick(now);
-    apply_actions(closed);
+    apply_actions(notices);
   }
-  notify(closed);
+  notify(notices);
 }
 
-Result<Granted> OwnerDataPlane::attach(Clock::time_point now) {
+Result<Granted> OwnerDataPlane::attach(std::string_view identity, Clock::time_point now) {
   {
     std::lock_guard lock(m_);
-    BOOST_OUTCOME_TRYV(core_.can_attach());
+    BOOST_OUTCOME_TRYV(core_.can_attach(identity));
   }
   BOOST_OUTCOME_TRY(ring, new_ring("attach"));
-  std::lock_guard lock(m_);
-  BOOST_OUTCOME_TRY(entry, core_.attach(ring->ring.bytes(), now));
-  rings_[entry.id] = ring;
-  return Granted{entry, ResumePoint{}, keys(*ring)};
+  Notices notices;
+  Result<Granted> out = make_error(errc::no_capacity);
+  {
+    std::lock_guard lock(m_);
+    BOOST_OUTCOME_TRY(entry, core_.attach(identity, ring->ring.bytes(), now));
+    rings_[entry.id] = ring;
+    out = Granted{entry, ResumePoint{}, keys(*ring)};
+    apply_actions(notices);
+  }
+  // The durable record is the application's before the attach reply leaves (sessions.md §10.1).
+  notify(notices);
+  return out;
 }
 
 bool OwnerDataPlane::knows(SessionId id) const {
@@ -517,14 +530,21 @@ bool OwnerDataPlane::knows(SessionId id) const {
 Result<Granted> OwnerDataPlane::restore(const Credentials& who, const DurableSession& durable, bool restarted,
                                         std::uint64_t released, std::uint64_t first, Clock::time_point now) {
   BOOST_OUTCOME_TRY(ring, new_ring("restore"));
-  std::lock_guard lock(m_);
-  BOOST_OUTCOME_TRY(at, core_.restore(who, durable, restarted, released, first, ring->ring.bytes(), now));
-  rings_[who.session] = ring;
-  return Granted{*core_.table().find(who.session), at, keys(*ring)};
+  Notices notices;
+  Result<Granted> out = make_error(errc::unknown_session);
+  {
+    std::lock_guard lock(m_);
+    BOOST_OUTCOME_TRY(at, core_.restore(who, durable, restarted, released, first, ring->ring.bytes(), now));
+    rings_[who.session] = ring;
+    out = Granted{*core_.table().find(who.session), at, keys(*ring)};
+    apply_actions(notices);
+  }
+  notify(notices);
+  return out;
 }
 
 Result<Granted> OwnerDataPlane::resume(const Credentials& who, Clock::time_point now) {
-  Closed closed;
+  Notices notices;
   std::shared_ptr<SessionRing> ring;
   std::optional<verbs::MemoryRegion> old_ring_mr, old_tail_mr;
   Fence fence;
@@ -537,7 +557,7 @@ Result<Granted> OwnerDataPlane::resume(const Credentials& who, Clock::time_point
     ring = it->second;
     // Ends the epoch: its QP is gone and its completions dispatched before anything else.
     drop_link(*ring);
-    (void)take_completions(closed);
+    (void)take_completions(notices);
     // The tail record is read by the polling thread under the lock: zeroed here, not below.
     std::fill(ring->tail_buf.bytes().begin(), ring->tail_buf.bytes().end(), std::byte{0});
     old_ring_mr = std::move(ring->ring_mr);
@@ -545,8 +565,8 @@ Result<Granted> OwnerDataPlane::resume(const Credentials& who, Clock::time_point
     ring->ring_mr.reset();
     ring->tail_mr.reset();
   }
-  notify(closed);
-  closed.clear();
+  notify(notices);
+  notices = {};
   // Outside the lock, the other sessions deliver on: the old rkeys die with their MRs, then the
   // unread ring is zeroed (no QP of the session exists and the core reads nothing past the read
   // head), then the ring is registered again. Until fence_done no QP is admitted for it.
@@ -570,14 +590,14 @@ Result<Granted> OwnerDataPlane::resume(const Credentials& who, Clock::time_point
       core_.fence_done(who.session);
       out = Granted{*e, fence.at, keys(*ring)};
     }
-    apply_actions(closed);
+    apply_actions(notices);
   }
-  notify(closed);
+  notify(notices);
   return out;
 }
 
 void OwnerDataPlane::inject(SessionId session, Fault fault) {
-  Closed closed;
+  Notices notices;
   {
     std::lock_guard lock(m_);
     if (fault != Fault::qp_error) {
@@ -591,9 +611,9 @@ void OwnerDataPlane::inject(SessionId session, Fault fault) {
     if (!r || !r->link || !r->link->qp) return;
     (void)r->link->qp->force_error();
     core_.on_link_broken(session);
-    apply_actions(closed);
+    apply_actions(notices);
   }
-  notify(closed);
+  notify(notices);
 }
 
 Result<void> OwnerDataPlane::heartbeat(const Credentials& who, Clock::time_point now) {
@@ -602,14 +622,14 @@ Result<void> OwnerDataPlane::heartbeat(const Credentials& who, Clock::time_point
 }
 
 Result<void> OwnerDataPlane::detach(const Credentials& who) {
-  Closed closed;
+  Notices notices;
   Result<void> ok = success();
   {
     std::lock_guard lock(m_);
     ok = core_.detach(who);
-    apply_actions(closed);
+    apply_actions(notices);
   }
-  notify(closed);
+  notify(notices);
   return ok;
 }
 

@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 
+#include "rdmaring/control_security.hpp"
 #include "rdmaring/error.hpp"
 #include "rdmaring/idle_strategy.hpp"
 #include "rdmaring/producer_core.hpp"
@@ -38,6 +39,9 @@ struct SessionCredentials {
 struct ProducerOptions {
   std::string address;  // the ring owner's address: control channel (TCP) and rdma_cm both
   std::uint16_t control_port = 0;
+  // Mutual TLS by default: ca, certificate and private_key must be set; the owner's certificate
+  // must name server_name (default: address). control_security.hpp.
+  ControlSecurity security;
   // Local address to bind the RDMA connection to (empty: the route's choice). A test host that
   // shares its network namespace with others is told apart by this.
   std::string source_address;

@@ -6,6 +6,11 @@
 // The protocol decisions (sessions, fencing, leases, credit, fairness) are OwnerCore's
 // (queue/include/rdmaring/owner_core.hpp); this class executes them on verbs.
 //
+// Security: the control channel is mutual TLS unless options.security says insecure_plaintext;
+// attach is admitted by identity and quota (options.allow), and every resume, heartbeat and
+// detach proves the session secret over a nonce of its own connection, so no captured control
+// message can be replayed (protocol-spec/sessions.md §3, §7, §13).
+//
 // Threads: a control thread (started here, named "rdmaring-owner") runs the control channel,
 // rdma_cm events and leases; the application calls poll() from one thread of its own. They share
 // the sessions under one lock, which is never held while the application's code runs: handlers,
@@ -27,6 +32,7 @@
 #include <vector>
 
 #include "rdmaring/consumer_core.hpp"
+#include "rdmaring/control_security.hpp"
 #include "rdmaring/error.hpp"
 #include "rdmaring/owner_core.hpp"
 #include "rdmaring/session_table.hpp"
@@ -57,11 +63,21 @@ struct RingOwnerOptions {
   std::uint32_t quantum_bytes = 64 * 1024;
   ConsumerConfig core;
 
-  // Called on the control thread when a session is attached: persist it to survive an owner
-  // restart.
-  std::function<void(SessionId, const SessionSecret&)> on_session;
+  // Mutual TLS by default: ca, certificate and private_key must be set (control_security.hpp).
+  ControlSecurity security;
+  // Who may attach and how much each identity may hold (sessions.md §2.8): the first rule whose
+  // pattern matches the producer's identity applies; none matching: refused, unauthorized.
+  // Empty: every producer the TLS handshake authenticated, no quota but max_sessions.
+  std::vector<IdentityRule> allow;
+
+  // Called on the control thread whenever a session's durable record changes: at attach (before
+  // the attach reply is sent), at a restore, and when a resumed epoch's QP is established (its
+  // floor rises). Persist it (an upsert by session) to survive an owner restart; restore()
+  // hands it back.
+  std::function<void(const SessionRecord&)> on_session;
   // Called on the control thread for a resume of a session this owner does not know (after its
-  // restart): the application's durable record of it, or nullopt.
+  // restart): the application's durable record of it (the last SessionRecord on_session gave,
+  // and the next sequence it must deliver), or nullopt.
   std::function<std::optional<DurableSession>(SessionId)> restore;
   // Called when a session ends, for whatever reason, so the application can drop its durable
   // record (a detach, an expired lease, a protocol violation: `message` says which rule). On the
@@ -86,6 +102,11 @@ struct RingOwnerStats {
   SessionCounters sessions;
   std::uint64_t control_calls = 0;
   std::uint64_t control_task_failures = 0;  // control-thread tasks (listener, rdma_cm, leases) that failed
+  bool insecure_plaintext = false;         // the control channel is plain TCP, as the options asked
+  std::uint64_t handshakes_failed = 0;     // TLS handshakes refused or cut (no or untrusted certificate, timeout)
+  std::string last_handshake_failure;      // why the last one failed, as OpenSSL or KJ said
+  std::uint64_t refused_unauthorized = 0;  // attaches and restores of an identity no allow rule matches
+  std::uint64_t refused_quota = 0;         // attaches and restores beyond the identity's quota
   std::uint64_t restore_gaps = 0;        // restores where the producer no longer held every unprocessed record
   std::uint64_t handler_aborts = 0;      // give-backs: a poll left a session's records for the next (abort, stop, a throw)
   std::uint64_t connect_refused = 0;     // connect requests refused (any reason in `sessions`)

@@ -43,6 +43,9 @@ enum class errc {
   owner_lost,               // the ring owner stopped answering heartbeats: recover() when it is back
   closed,                   // the object was stopped; it takes no more work
   system_failure,           // a system call failed (epoll, eventfd: errno in Error::sys_errno)
+  unauthenticated,          // a control message bound to no channel (no hello on its connection)
+  unauthorized,             // the identity matches no allow rule, or the session is another identity's
+  quota_exceeded,           // the identity's allow rule admits no more sessions or ring bytes
 };
 
 const std::error_category& rdmaring_category() noexcept;

@@ -21,6 +21,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,14 @@
 #include "rdmaring/session_table.hpp"
 
 namespace rdmaring {
+
+// Who may attach, and how much each identity may hold (sessions.md §2.8). An identity is the
+// producer's certificate's subject common name ("" on a plaintext channel).
+struct IdentityRule {
+  std::string pattern;              // fnmatch(3) glob, flags 0: '*', '?', '[...]'
+  std::uint32_t max_sessions = 0;   // sessions one identity may hold at once; 0: no limit but the owner's
+  std::uint64_t max_ring_bytes = 0; // ring bytes one identity may hold at once; 0: no limit
+};
 
 struct OwnerConfig {
   std::uint64_t ring_bytes = 1 << 20;  // per session
@@ -40,16 +49,30 @@ struct OwnerConfig {
   // Deficit round robin: payload bytes a session may deliver per turn (at least one record).
   std::uint32_t quantum_bytes = 64 * 1024;
   ConsumerConfig core;
+  // Empty: any identity, no per-identity quota. Else the FIRST rule that matches applies; none
+  // matching: unauthorized.
+  std::vector<IdentityRule> allow;
 
   Result<void> validate() const;
 };
 
 // What an application keeps, durably, so that exactly-once delivery survives a restart of the
-// owner: per session, its secret (given to on_session) and the sequence after the last record it
-// has durably processed.
+// owner: per session, its last SessionRecord and the sequence after the last record it has
+// durably processed.
 struct DurableSession {
   SessionSecret secret{};
   std::uint64_t next_sequence = 0;  // records below this were delivered and must not be again
+  std::string identity;          // whose session it is: a restore from another identity is refused
+  std::uint64_t min_epoch = 1;   // the durable floor: no resume from an epoch below it is admitted
+};
+
+// What the application must store (upsert) whenever it changes: at attach, at a restore, and
+// whenever a resumed epoch's QP is established (the floor rises to that epoch).
+struct SessionRecord {
+  SessionId session = 0;
+  SessionSecret secret{};
+  std::string identity;
+  std::uint64_t min_epoch = 1;
 };
 
 enum class CloseReason {
@@ -115,6 +138,8 @@ struct OwnerCounters {
   std::uint64_t error_completions = 0;  // each marks its session's link broken
   std::uint64_t credit_posts = 0;
   std::uint64_t handler_aborts = 0;     // give-backs: per session, a poll that left its records for the next
+  std::uint64_t refused_unauthorized = 0;  // attaches and restores of an identity no allow rule matches
+  std::uint64_t refused_quota = 0;         // attaches and restores beyond the identity's rule's quota
   ConsumerCounters closed_rings;        // summed over the rings of closed sessions
   std::string last_session_failure;
 };
@@ -128,29 +153,38 @@ class OwnerCore {
 
   // ---- the control channel ----------------------------------------------------------------
 
-  // Whether an attach could be admitted now: checked before the adapter allocates a ring, so a
-  // full owner allocates nothing. Errors: no_capacity.
-  Result<void> can_attach() const;
-  // A new session in epoch 1 over `ring` (ring_bytes of zeroes, kept by the adapter until the
-  // session is closed). Errors: no_capacity.
-  Result<SessionEntry> attach(std::span<const std::byte> ring, Clock::time_point now);
+  // Whether an attach from `identity` could be admitted now: checked before the adapter
+  // allocates a ring, so a full owner allocates nothing. Counts its refusals. Errors:
+  // unauthorized, quota_exceeded, no_capacity.
+  Result<void> can_attach(std::string_view identity);
+  // A new session of `identity` in epoch 1 over `ring` (ring_bytes of zeroes, kept by the
+  // adapter until the session is closed). Errors: as can_attach.
+  Result<SessionEntry> attach(std::string_view identity, std::span<const std::byte> ring, Clock::time_point now);
   // A resume of a known session: fences the caller's epoch and begins the next. The session's
   // link is gone when this returns: the adapter drops its QP and drains its completions before
-  // it feeds any other event (RingOwner does both under the same lock). Errors: unknown_session,
-  // bad_proof, stale_epoch.
+  // it feeds any other event (RingOwner does both under the same lock). Errors: as the table's
+  // resume.
   Result<Fence> resume(const Credentials& who, Clock::time_point now);
   // The fence's zeroing and re-registration are done: connect requests are admitted again.
   void fence_done(SessionId id) noexcept;
   // A resume of a session this owner does not know, which the application vouches for after an
   // owner restart (`durable`), over a new `ring`. `released`/`first` are what the producer still
   // holds (restarted: from durable.next_sequence, nothing released). A gap between the two is
-  // counted and reported, not refused. Errors: bad_proof, no_capacity, invalid_argument.
+  // counted and reported, not refused. Admitted as an attach of who.identity is, and only from
+  // the identity and epochs the durable record allows. Errors: unauthorized, quota_exceeded, as
+  // the table's restore.
   Result<ResumePoint> restore(const Credentials& who, const DurableSession& durable, bool restarted,
                               std::uint64_t released, std::uint64_t first, std::span<const std::byte> ring,
                               Clock::time_point now);
   Result<void> heartbeat(const Credentials& who, Clock::time_point now);
   // Ends the session (reported by take_closed). Errors: as the table's detach.
   Result<void> detach(const Credentials& who);
+  // Records changed since the last call, oldest first (an upsert each): pushed by attach
+  // (min_epoch 1), restore (min_epoch = who.epoch, the retry window's low end) and
+  // on_established when it ends a retry window (min_epoch = the new epoch: the table forgets the
+  // window, so no resume from below it can be admitted again). A session ended before the call
+  // has none.
+  std::vector<SessionRecord> take_records();
   // Leases that ran out end their sessions (reported by take_closed).
   void tick(Clock::time_point now);
   // The owner ends a session on its own account (its ring could not be registered again).
@@ -224,6 +258,9 @@ class OwnerCore {
   };
 
   Session* find(SessionId id) noexcept;
+  // Whether `identity` may hold one more session by the allow rules. Counts refusals.
+  Result<void> admit(std::string_view identity);
+  void record(const SessionEntry& s, std::uint64_t min_epoch);
   Session& add(SessionId id, std::span<const std::byte> ring, const ResumePoint& start, std::uint64_t deliver_from);
   void fail(SessionId id, const Error& e);
   void end(SessionId id, CloseReason reason, std::string message);
@@ -241,6 +278,7 @@ class OwnerCore {
   std::optional<SessionId> cut_turn_;  // whose turn the last take_deliveries' max cut short
   std::vector<ClosedSession> closed_;
   std::vector<SessionId> broken_;
+  std::vector<SessionRecord> records_;
   std::vector<SessionId> turn_scratch_;
   std::vector<std::pair<SessionId, bool>> mark_scratch_;
   std::uint64_t changes_ = 0;

@@ -17,7 +17,7 @@
 
 namespace rdmaring::wire {
 
-inline constexpr std::uint32_t kVersion = 3;
+inline constexpr std::uint32_t kVersion = 4;
 
 // ---- Records in the ring ------------------------------------------------------------------
 // Every record starts on a 64-byte boundary: a 24-byte header, the payload, fill (content

@@ -48,6 +48,8 @@ struct OwnerDataPlaneOptions {
   std::uint32_t recv_depth = 1024;  // receives on the shared receive queue
   OwnerConfig core;
   std::function<void(SessionId, CloseReason, const std::string&)> on_session_closed;
+  // Every durable record the core changed (attach, restore, a resumed epoch established).
+  std::function<void(const SessionRecord&)> on_session;
 };
 
 struct Granted {
@@ -90,7 +92,9 @@ class OwnerDataPlane {
   // The session's ring is allocated and registered before the session exists, outside the lock.
   // Errors: no_capacity, memlock_too_low, odp_unsupported, verbs_failure (from the
   // registration), out of memory as no_capacity.
-  Result<Granted> attach(Clock::time_point now);
+  // `identity`: who the control channel authenticated; its allow rule and quota apply.
+  // Errors also unauthorized, quota_exceeded.
+  Result<Granted> attach(std::string_view identity, Clock::time_point now);
   bool knows(SessionId id) const;
   Result<Granted> restore(const Credentials& who, const DurableSession& durable, bool restarted,
                           std::uint64_t released, std::uint64_t first, Clock::time_point now);
@@ -146,7 +150,12 @@ class OwnerDataPlane {
  private:
   struct Link;
   struct SessionRing;
-  using Closed = std::vector<ClosedSession>;
+  // What the application is told once the lock is released: sessions that ended, and durable
+  // records that changed.
+  struct Notices {
+    std::vector<ClosedSession> closed;
+    std::vector<SessionRecord> records;
+  };
 
   // Allocated, zeroed and registered, outside the lock. Errors: ring_failure's, named for `call`.
   Result<std::shared_ptr<SessionRing>> new_ring(const char* call) const;
@@ -154,21 +163,21 @@ class OwnerDataPlane {
   RingKeys keys(const SessionRing& r) const noexcept;
   Result<void> post_receives(std::uint32_t n);
   // Under the lock: async events, completions and (mode tail) tail records, fed to the core.
-  Result<void> take_events(Closed& closed);
+  Result<void> take_events(Notices& notices);
   // Under the lock: take_events, credits posted; whether a poll has records to take.
-  Result<bool> work_waiting(Closed& closed);
+  Result<bool> work_waiting(Notices& notices);
   // Under the lock: the completion channel's events of an earlier arm() are taken back.
   void disarm();
   // Under the lock: every completion waiting, fed to the core, and the sessions it ended torn
   // down (their QPs' own completions then drained too, before any QP number can be reused).
-  Result<void> take_completions(Closed& closed);
+  Result<void> take_completions(Notices& notices);
   void dispatch(const ibv_wc& wc);
-  void apply_actions(Closed& closed);
+  void apply_actions(Notices& notices);
   void drop_link(SessionRing& r);
   void post_credits();
-  void on_connect_request(verbs::ConnectRequest request, Closed& closed);
+  void on_connect_request(verbs::ConnectRequest request, Notices& notices);
   void take_async_events();
-  void notify(const Closed& closed) const;
+  void notify(const Notices& notices) const;
   SessionRing* ring_of(SessionId id) const;
 
   OwnerDataPlaneOptions options_;
