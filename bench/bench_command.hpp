@@ -9,7 +9,7 @@
 
 namespace rdmaring::tools {
 
-// pair, consumer, producer, attach, phases and cores, added to `app`. `self`: the arguments
+// pair, consumer, producer, attach, phases, cores and verbs-pingpong, added to `app`. `self`: the arguments
 // after the program's name that lead to `app` (pair starts its two roles as this program again).
 std::vector<Command> add_bench_roles(CLI::App& app, const std::vector<std::string>& self);
 // `bench`, with the roles under it.

@@ -16,6 +16,9 @@
 //                           mutual TLS and over plain TCP, side by side
 //   rdmaring-bench cores    [options]  no device: the library's CPU cost per record, its cores
 //                           joined through memory, beside an spsc_queue and a memcpy (cores.cpp)
+//   rdmaring-bench verbs-pingpong --server ADDR | --client ADDR --port P [--gap-ms G] ...
+//                           raw verbs, no rdmaring: an event-driven SEND ping-pong, optionally
+//                           after a lull, the reference for a wake-up (verbs_pingpong.cpp)
 //
 // Every role that starts an owner or a producer takes the control channel's options
 // (tools/security_options.hpp): --ca, --cert, --key (or RDMARING_CA, RDMARING_CERT,
@@ -76,6 +79,7 @@
 #include "tools/wire_names.hpp"
 #include "bench_records.hpp"
 #include "cores.hpp"
+#include "verbs_pingpong.hpp"
 #include "rdmaring/idle_strategy.hpp"
 #include "rdmaring/producer.hpp"
 #include "rdmaring/ring_owner.hpp"
@@ -925,11 +929,12 @@ std::vector<Command> add_bench_roles(CLI::App& app, const std::vector<std::strin
   phases->add_option("--device", o->device, "the device (default: RDMARING_DEVICE, else the first)");
   phases->add_option("--sizes-mb", o->sizes_mb, "buffer sizes, MB")->delimiter(',')->check(CLI::Range(1, 65536))->capture_default_str();
   roles.push_back(add_cores_command(app));
+  roles.push_back(add_verbs_pingpong_command(app));
   return roles;
 }
 
 Command add_bench_command(CLI::App& parent) {
-  CLI::App* bench = parent.add_subcommand("bench", "records over a real device, measured (pair, latency, phases, attach, cores)");
+  CLI::App* bench = parent.add_subcommand("bench", "records over a real device, measured (pair, latency, phases, attach, cores, verbs-pingpong)");
   bench->require_subcommand(1);
   const std::vector<Command> roles = add_bench_roles(*bench, {"bench"});
   return {bench, [roles] {

@@ -70,10 +70,14 @@ struct ControlClient::Loop {
   std::atomic<bool> alarmed{false};
   mutable std::mutex alarm_mutex;
   std::optional<Error> alarm;
+  std::function<void()> on_alarm;
   void raise(Error e) {
-    std::lock_guard lock(alarm_mutex);
-    alarm = std::move(e);
-    alarmed.store(true, std::memory_order_release);
+    {
+      std::lock_guard lock(alarm_mutex);
+      alarm = std::move(e);
+      alarmed.store(true, std::memory_order_release);
+    }
+    if (on_alarm) on_alarm();
   }
   void clear() {
     std::lock_guard lock(alarm_mutex);
@@ -149,7 +153,7 @@ struct ControlClient::Loop {
 };
 
 ControlClient::ControlClient(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout,
-                             const ControlSecurity& security)
+                             const ControlSecurity& security, std::function<void()> on_alarm)
     : loop_(std::make_unique<Loop>()) {
   if (auto ok = security.validate(false); !ok) throw SetupError(ok.error());
   Loop& l = *loop_;
@@ -157,6 +161,7 @@ ControlClient::ControlClient(const std::string& host, std::uint16_t port, std::c
   l.port = port;
   l.timeout = timeout;
   l.security = security;
+  l.on_alarm = std::move(on_alarm);
   std::optional<Error> refused;
   try {
     l.thread.emplace(

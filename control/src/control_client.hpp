@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,9 +26,10 @@ class ControlClient {
 
   // Connects to the owner's control port and says hello. Throws: SetupError bad_config (the
   // TLS material), control_failure (refused, timed out, the TLS handshake failed), the hello's
-  // refusal (unauthenticated, protocol_violation).
+  // refusal (unauthenticated, protocol_violation). `on_alarm` (may be empty) runs on the control
+  // thread, no lock held, each time the alarm is raised: it wakes a producer asleep.
   ControlClient(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout,
-                const ControlSecurity& security);
+                const ControlSecurity& security, std::function<void()> on_alarm = {});
   ~ControlClient();
 
   Result<RingGrant> attach();

@@ -12,9 +12,11 @@ namespace rdmaring {
 
 // The control channel's side of a producer; the verbs are the data plane's. Member order is
 // destruction order reversed: the core, which builds in the data plane's staging mirror, goes
-// first.
+// first; the waiter last, since the control thread and the data plane's descriptors use it.
 struct Producer::Connection {
   ProducerOptions options;
+  // What ends a sleep: the data plane's descriptors, and the control thread's alarm.
+  Waiter waiter;
   std::unique_ptr<control::ControlClient> control;
   control::RingGrant session;  // the last grant: session id and secret, the ring, the epoch
   std::optional<ProducerDataPlane> data;
@@ -33,7 +35,7 @@ struct Producer::Connection {
   void connect_first(const control::RingGrant& g) {
     data.emplace(ProducerDataPlaneOptions{options.address, options.source_address, options.connect_timeout,
                                           options.core.sq_depth},
-                 g.ring_bytes, epoch_of(g));
+                 g.ring_bytes, epoch_of(g), waiter);
     core.emplace(data->staging(),
                  PeerRing{g.mode, RingGeometry::make(g.ring_bytes, g.max_record).value(), g.at, g.payload_check},
                  options.core);
@@ -67,7 +69,7 @@ Producer Producer::open(const ProducerOptions& options, const SessionCredentials
   auto c = std::make_unique<Connection>();
   c->options = options;
   c->control = std::make_unique<control::ControlClient>(options.address, options.control_port, options.connect_timeout,
-                                                         options.security);
+                                                         options.security, [&w = c->waiter] { w.wake(); });
   Result<control::RingGrant> grant = make_error(errc::invalid_argument);
   if (rejoining) {
     grant = c->control->resume(*rejoining, true, 0, 0);
@@ -135,15 +137,20 @@ Result<void> Producer::progress() {
   return post_due(false, Clock::now());
 }
 
+Result<bool> Producer::progress_for_space() {
+  const std::uint64_t released = c_->core->ledger().released;
+  BOOST_OUTCOME_TRYV(progress());
+  return c_->core->ledger().released != released;
+}
+
 Result<void> Producer::send(std::span<const std::byte> payload) {
   const auto now = Clock::now();
   auto r = c_->core->send(payload, now);
-  if (!r) {
-    if (r.error() == errc::would_block) {
-      BOOST_OUTCOME_TRYV(progress());
-    }
-    return r;
+  if (!r && r.error() == errc::would_block) {
+    BOOST_OUTCOME_TRY(moved, progress_for_space());
+    if (moved) r = c_->core->send(payload, now);
   }
+  if (!r) return r;
   // The record is accepted: a failed post breaks the connection (reported by the next call),
   // and the record goes out again after recover(). An error here would read as "not sent".
   (void)post_due(false, now);
@@ -152,13 +159,11 @@ Result<void> Producer::send(std::span<const std::byte> payload) {
 
 namespace {
 
-// How long send(timeout) and drain() sleep at a time: what is left of the deadline, at least
-// 1 ms (rounding must never make it spin) and at most 100 ms, because only completions end the
-// sleep, and a producer waiting for credit must still notice soon an owner that went away (the
-// control thread's alarm, an rdma_cm disconnect), which raises none.
+// How long send(timeout) and drain() sleep: what is left of the deadline, at least 1 ms
+// (rounding must never make it spin). An owner that goes away ends the sleep sooner: its
+// disconnect and the control thread's alarm wake the waiter.
 std::chrono::milliseconds left(Clock::time_point deadline, Clock::time_point now) {
-  return std::clamp(std::chrono::ceil<std::chrono::milliseconds>(deadline - now), std::chrono::milliseconds(1),
-                    std::chrono::milliseconds(100));
+  return std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - now), std::chrono::milliseconds(1));
 }
 
 }  // namespace
@@ -189,6 +194,8 @@ Result<void> Producer::pause(IdleStrategy& idle, Clock::time_point deadline, Clo
 
 Result<bool> Producer::arm() {
   ProducerCore& core = *c_->core;
+  // The wakes so far are alarms, looked at next; one raised after this look ends the sleep.
+  (void)c_->waiter.take_wake();
   if (auto alarm = c_->control->alarm()) return *alarm;
   // Nothing may sit out its coalescing delay while the producer sleeps.
   BOOST_OUTCOME_TRYV(flush());
@@ -204,16 +211,21 @@ Result<bool> Producer::arm() {
 Result<bool> Producer::wait(std::chrono::milliseconds timeout) {
   BOOST_OUTCOME_TRY(sleep, arm());
   if (!sleep) return true;
-  return c_->data->sleep(timeout);
+  BOOST_OUTCOME_TRY(woke, c_->waiter.wait(timeout));
+  if (woke) {
+    BOOST_OUTCOME_TRYV(c_->data->check_link(*c_->core));
+  }
+  return woke;
 }
 
-int Producer::fd() const { return c_->data->fd(); }
+int Producer::fd() const { return c_->waiter.fd(); }
 
 Result<std::span<std::byte>> Producer::claim(std::uint32_t len) {
   c_->claimed_at = Clock::now();
   auto r = c_->core->claim(len, c_->claimed_at);
   if (!r && r.error() == errc::would_block) {
-    BOOST_OUTCOME_TRYV(progress());
+    BOOST_OUTCOME_TRY(moved, progress_for_space());
+    if (moved) r = c_->core->claim(len, c_->claimed_at);
   }
   return r;
 }

@@ -87,12 +87,38 @@
  *                 write to complete (the model shows it is still safe: README.md §5 item 9)
  *   CLEAR_ASK     (SLEEP, mutant) a credit record that returns no credit (released unchanged, only
  *                 the flag changes) clears the credit request seen, as ConsumerCore::take_credit
- *                 does today (README.md §5 item 8); 0 = the request stays pending until released
+ *                 did (README.md §5 item 8); 0 = the request stays pending until released
  *                 moves (wakeup.md O2)
  *   INIT_CLEAR    (SLEEP, mutant) the producer starts each epoch with its doorbell state clear
  *   NO_FLAG       (SLEEP, mutant) the owner sleeps without writing the flag (skips step 2)
  *   NO_REDRAIN    (SLEEP, mode imm, mutant) the owner arms the CQ after its drain and sleeps
  *                 without draining again: a completion queued before the arming raises no event
+ *   PSLEEP        (SLEEP; default SLEEP) the producer sleeps too (wakeup.md §2.1, README.md §1.2):
+ *                 waiting for credit (ring full, or draining) with its request posted and nothing
+ *                 else to post, it polls its CQ and reads its credit MR, arms the CQ, polls and
+ *                 reads again (one step: see NO_REPOLL): nothing new, it is asleep, and takes no
+ *                 step until a receive completion is in its CQ: the owner's notifying credit
+ *                 records (written with an immediate: the answer to a request, the flag set) make
+ *                 one when they land; a drop makes them too (the QP's receives complete in
+ *                 error). Awake, it reads its credit MR at any step. 0 = it never sleeps (the
+ *                 model of runs 25-36 before the producer slept, state for state)
+ *   DRAIN         (PSLEEP) having committed its last record the producer drains, as
+ *                 Producer::drain(): it asks for credit until released = committed, and sleeps
+ *                 meanwhile; P6 then also asks for released = committed at the end. 0 = it sleeps
+ *                 only with its ring full (send(payload, timeout))
+ *   REPEAT_ANSWER (PSLEEP; default 1: wakeup.md O6 since 2026-12-03, README.md §5 item 12) the owner that sees a
+ *                 credit request while the last record that moved released was a plain WRITE
+ *                 (lazy credit, or a clear of the flag: the producer may not have taken it before
+ *                 it asked and slept) writes at once a notifying record, released as it is; the
+ *                 request stays pending until released moves. 0 = the code and wakeup.md O6 as
+ *                 they stood: only a record that moves released after the request was seen, or
+ *                 sets the flag, is notifying
+ *   ANSWER_PLAIN  (PSLEEP, mutant) the owner answers a credit request with a plain WRITE
+ *   FLAG_PLAIN    (PSLEEP, mode tail, mutant) the owner sets the flag with a plain WRITE (§6 H)
+ *   NO_REPOLL     (PSLEEP, mutant) the producer polls (a step), then arms its CQ and sleeps
+ *                 without polling again (a later step): a completion that came between its poll
+ *                 and the arming raises no event (wakeup.md §6 I)
+ *   SLEEP_NO_ASK  (PSLEEP, mutant) the producer may sleep waiting for credit without having asked
  *
  * Properties (assertions; README.md §3):
  *   P1 the consumer delivers only the record it expects, fully placed, as the current producer
@@ -108,7 +134,10 @@
  *   P10 (SESSION) a resume replayed by a third party, captured in any epoch (the current one
  *      included), is never admitted: the replayer never receives a grant, never fences an epoch.
  *   With SLEEP, P6 is also the lost-wake-up property: an owner asleep is blocked, so an end state
- *   where it sleeps while something published is undelivered fails P6.
+ *   where it sleeps while something published is undelivered fails P6. With PSLEEP the producer's
+ *   too: a producer asleep is blocked, so an end state where it sleeps waiting for credit that
+ *   the owner released (and wrote, plainly, or never wrote) fails P6: it committed less than
+ *   MAXREC, or (DRAIN) its released is below what it committed.
  */
 
 #ifndef MODE
@@ -204,6 +233,33 @@
 #ifndef NO_REDRAIN
 #define NO_REDRAIN 0
 #endif
+#ifndef PSLEEP
+#define PSLEEP SLEEP
+#endif
+#ifndef DRAIN
+#define DRAIN 0
+#endif
+#ifndef REPEAT_ANSWER
+#define REPEAT_ANSWER 1
+#endif
+#ifndef ANSWER_PLAIN
+#define ANSWER_PLAIN 0
+#endif
+#ifndef FLAG_PLAIN
+#define FLAG_PLAIN 0
+#endif
+#ifndef NO_REPOLL
+#define NO_REPOLL 0
+#endif
+#ifndef SLEEP_NO_ASK
+#define SLEEP_NO_ASK 0
+#endif
+#if PSLEEP && !SLEEP
+#error PSLEEP needs SLEEP
+#endif
+#if DRAIN && !PSLEEP
+#error DRAIN needs PSLEEP
+#endif
 
 #define IMM  1
 #define TAIL 2
@@ -248,8 +304,13 @@ byte cm_ep, cm_rel;
 /* ---- fabric ---- */
 chan qp = [QCAP] of { mtype, byte, byte, byte, byte, byte };  /* kind, epoch, pos, incarnation, tail, request */
 chan cq = [CQCAP] of { byte, byte, bit };                      /* immediate: epoch bits, tail, credit request */
-#if SLEEP
+#if PSLEEP
+chan cr = [CRCAP] of { byte, byte, bit, bit };                 /* credit record: epoch, released, doorbell flag,
+                                                                * notifying (WRITE_WITH_IMM) */
+#define CR_SEND(rel, flag, n) cr!epoch, rel, flag, n
+#elif SLEEP
 chan cr = [CRCAP] of { byte, byte, bit };                      /* credit record: epoch, released, doorbell flag */
+#define CR_SEND(rel, flag, n) cr!epoch, rel, flag
 #else
 chan cr = [CRCAP] of { byte, byte };                           /* credit record: epoch, released */
 #endif
@@ -316,17 +377,67 @@ bit  p_rd = 0, p_dbr = 0;  /* mutant: the flag was read (p_dbr) before the publi
 #define FLAG_READ 1
 #endif
 /* begin_epoch (the consumer's side) and ProducerCore::resume (the producer's) */
-#define SLEEP_EPOCH c_slp = AWAKE; c_flag = (MODE == TAIL); c_clr = 0
-#if FLAG_FIRST
-#define PRODUCER_SLEEP_EPOCH p_door = (MODE == TAIL && !INIT_CLEAR); p_ring = 0; p_rd = 0; p_dbr = 0
+#if PSLEEP
+#define SLEEP_EPOCH c_slp = AWAKE; c_flag = (MODE == TAIL); c_clr = 0; c_plain = 0
 #else
-#define PRODUCER_SLEEP_EPOCH p_door = (MODE == TAIL && !INIT_CLEAR); p_ring = 0
+#define SLEEP_EPOCH c_slp = AWAKE; c_flag = (MODE == TAIL); c_clr = 0
 #endif
-/* A credit record the owner owes: credit (lazy, or asked for), or the flag cleared after a doorbell */
-#define CREDIT_OWED ((c_rel > c_cred && (c_asked || c_rel - c_cred >= CTHRESH)) || c_clr)
+#if FLAG_FIRST
+#define PRODUCER_SLEEP_EPOCH0 p_door = (MODE == TAIL && !INIT_CLEAR); p_ring = 0; p_rd = 0; p_dbr = 0
+#else
+#define PRODUCER_SLEEP_EPOCH0 p_door = (MODE == TAIL && !INIT_CLEAR); p_ring = 0
+#endif
+#if PSLEEP && NO_REPOLL
+#define PRODUCER_SLEEP_EPOCH PRODUCER_SLEEP_EPOCH0; p_slp = P_AWAKE; p_rcv = 0; p_ev = 0
+#elif PSLEEP
+#define PRODUCER_SLEEP_EPOCH PRODUCER_SLEEP_EPOCH0; p_slp = P_AWAKE
+#else
+#define PRODUCER_SLEEP_EPOCH PRODUCER_SLEEP_EPOCH0
+#endif
+#if PSLEEP
+/* ---- the producer's sleep (wakeup.md §2.1; README.md §1.2) ---- */
+#define P_AWAKE  0  /* it runs: reads its credit MR at any step (P5) */
+#define P_POLLED 1  /* NO_REPOLL: P6 steps 1-2 done (flushed, CQ polled empty, credit MR read:
+                     * nothing new); it is about to arm its CQ and takes no other step */
+#define P_ASLEEP 2  /* blocked: it takes no step until an event of its armed CQ */
+byte p_slp = P_AWAKE;
+bit  c_plain = 0;  /* owner: the last record that moved released was a plain WRITE, and no
+                    * notifying record was written after it (REPEAT_ANSWER) */
+#if NO_REPOLL
+/* The mutant needs the producer's CQ: its poll and its arming are two steps, and a completion
+ * queued between them raises no event. (With the re-poll they can be one step: whatever lands
+ * between the poll and the arming, the re-poll finds; then the CQ is empty whenever the producer
+ * is asleep, a completion is an event, and one that comes while it is awake needs no bit: its
+ * next sleep polls it away, and the record it announces is in the credit MR.) */
+bit  p_rcv = 0;    /* a receive completion is in the producer's CQ, not yet polled */
+bit  p_ev = 0;     /* an event of the armed CQ (a completion queued after the arming) */
+#endif
+#define P_AWAKE_ (p_slp == P_AWAKE)
+/* The QP goes to the error state (a drop, a fence): its posted receives complete in error (P7:
+ * some are always posted), which is an event of the armed CQ: a sleeping producer wakes */
+#define P_WAKE_ ; p_slp = P_AWAKE  /* appended to a statement (empty without PSLEEP) */
+/* The producer waits for credit: its ring is full, or it drains (DRAIN: everything committed,
+ * not all released); it asked (SLEEP_NO_ASK: not necessarily), and everything is posted (P6
+ * step 1: nothing committed unpublished, no request or doorbell waiting) */
+#define P_WANTS_CREDIT ((p_com < MAXREC && p_com == p_rel + N) || (DRAIN && p_com == MAXREC && p_rel < p_com))
+#define P_MAY_SLEEP (up && !p_dead && P_AWAKE_ && (p_asked || SLEEP_NO_ASK) && !p_want && !p_ring && \
+                     p_com == p_pub && P_WANTS_CREDIT)
+#define C_REPEAT (REPEAT_ANSWER && c_asked && c_plain)
+#else
+#define P_AWAKE_ 1
+#define P_WAKE_
+#define C_REPEAT 0
+#define P_WANTS_CREDIT (p_com < MAXREC && p_com == p_rel + N)
+#endif
+/* A credit record the owner owes: credit (lazy, or asked for), the flag cleared after a doorbell,
+ * or (REPEAT_ANSWER) a notifying record for a request that may have crossed a plain one */
+#define CREDIT_OWED ((c_rel > c_cred && (c_asked || c_rel - c_cred >= CTHRESH)) || c_clr || C_REPEAT)
 #else
 #define AWAKE_ 1
 #define CQ_POLL_OK 1
+#define P_AWAKE_ 1
+#define P_WAKE_
+#define P_WANTS_CREDIT (p_com < MAXREC && p_com == p_rel + N)
 #endif
 
 #if SESSION
@@ -398,26 +509,36 @@ inline place_pending(k) {
   }
 }
 
+/* on_credit() would take the credit MR's record: released moves, or (mode tail, its epoch) the
+ * flag differs from D */
+#if SLEEP && MODE == TAIL
+#define CREDIT_NEWS (cm_valid && (!CREDIT_EPOCH || cm_ep == PEP) && \
+                     (cm_rel > p_rel || (cm_ep == PEP && cm_flag != p_door)))
+#else
+#define CREDIT_NEWS (cm_valid && (!CREDIT_EPOCH || cm_ep == PEP) && cm_rel > p_rel)
+#endif
+
 active proctype producer() {
   byte pos;
 end:
   do
   :: atomic { /* claim + commit one record into staging */
-       up && !p_dead && p_com < MAXREC && p_com < p_rel + N -> p_com++ }
-  :: atomic { /* claim refused for lack of space: ask for credit, one request outstanding */
-       up && !p_dead && p_com < MAXREC && p_com == p_rel + N && !p_asked && !p_want -> p_want = 1 }
+       up && !p_dead && P_AWAKE_ && p_com < MAXREC && p_com < p_rel + N -> p_com++ }
+  :: atomic { /* claim refused for lack of space: ask for credit, one request outstanding (DRAIN:
+               * or drain() asks, everything committed, not all released) */
+       up && !p_dead && P_AWAKE_ && P_WANTS_CREDIT && !p_asked && !p_want -> p_want = 1 }
 #if SLEEP && MODE == TAIL && FLAG_FIRST
   :: atomic { /* MUTANT: the doorbell flag is read before the publish is posted */
-       up && !p_dead && !p_rd && (p_com > p_pub || p_want || p_ring) -> p_dbr = p_door; p_rd = 1 }
+       up && !p_dead && P_AWAKE_ && !p_rd && (p_com > p_pub || p_want || p_ring) -> p_dbr = p_door; p_rd = 1 }
 #endif
 #if SLEEP && MODE == TAIL
   :: atomic { /* take_batch(): [published, committed), the tail record and, when the consumer's
                * flag is set or a doorbell is owed, the doorbell, in order, on one QP */
-       up && !p_dead && (p_com > p_pub || p_want || p_ring) &&
+       up && !p_dead && P_AWAKE_ && (p_com > p_pub || p_want || p_ring) &&
        len(qp) + p_com - p_pub + 2 <= QCAP && FLAG_READ ->
 #else
   :: atomic { /* take_batch(): [published, committed) and the publish, in order, on one QP */
-       up && !p_dead && (p_com > p_pub || p_want) && len(qp) + p_com - p_pub + 1 <= QCAP ->
+       up && !p_dead && P_AWAKE_ && (p_com > p_pub || p_want) && len(qp) + p_com - p_pub + 1 <= QCAP ->
 #endif
        pos = p_pub;
        do
@@ -466,9 +587,9 @@ end:
   :: atomic { /* on_credit(): a new credit record: released moves, or (its epoch) the flag changes.
                * The flag sets the doorbell state; the repair rule: a flag set while released is
                * below what was published owes a doorbell (posted with the next batch, which may
-               * carry only the tail record again). The producer reads its credit MR at any step */
-       up && !p_dead && cm_valid && (!CREDIT_EPOCH || cm_ep == PEP) &&
-       (cm_rel > p_rel || (cm_ep == PEP && cm_flag != p_door)) ->
+               * carry only the tail record again). The producer reads its credit MR at any step
+               * (PSLEEP: at any step it is awake) */
+       up && !p_dead && P_AWAKE_ && CREDIT_NEWS ->
        if
        :: cm_ep == PEP ->
             p_door = cm_flag;
@@ -488,8 +609,8 @@ end:
        :: else -> skip                   /* the flag alone */
        fi }
 #else
-  :: atomic { /* on_credit(): a credit record that would move released */
-       up && !p_dead && cm_valid && (!CREDIT_EPOCH || cm_ep == PEP) && cm_rel > p_rel ->
+  :: atomic { /* on_credit(): a credit record that would move released (PSLEEP: when awake) */
+       up && !p_dead && P_AWAKE_ && CREDIT_NEWS ->
        if
        :: cm_rel > p_pub -> p_dead = 1   /* protocol violation */
        :: else ->
@@ -498,6 +619,24 @@ end:
 #endif
             p_rel = cm_rel; p_asked = 0
        fi }
+#endif
+#if PSLEEP && !NO_REPOLL
+  :: atomic { /* Producer::wait(), P6 steps 1-4: waiting for credit, everything posted (step 1),
+               * it polls its CQ empty and reads its credit MR, arms the CQ, polls and reads again:
+               * nothing new (news: on_credit above takes it first, and the producer decides
+               * again), so it is asleep. Step 5: the fabric wakes it (an event of the armed CQ,
+               * a notifying record's receive completion, or a drop's error completions); woken,
+               * it polls, and reads the credit MR at any step (on_credit) */
+       P_MAY_SLEEP && !CREDIT_NEWS -> p_slp = P_ASLEEP }
+#elif PSLEEP
+  :: atomic { /* steps 1-2: everything posted, it polls its CQ empty and reads its credit MR:
+               * nothing new */
+       P_MAY_SLEEP && !CREDIT_NEWS -> p_rcv = 0; p_slp = P_POLLED }
+  :: atomic { /* MUTANT: step 3, it arms its CQ, and sleeps without step 4: a completion queued
+               * since its poll raises no event */
+       p_slp == P_POLLED -> p_ev = 0; p_slp = P_ASLEEP }
+  :: atomic { /* step 5: an event of the armed CQ ends the sleep; woken, it polls */
+       p_slp == P_ASLEEP && p_ev -> p_rcv = 0; p_ev = 0; p_slp = P_AWAKE }
 #endif
   od
 }
@@ -549,7 +688,30 @@ end:
   :: place_pending(1)
   :: place_pending(2)
   :: place_pending(3)
-#if SLEEP
+#if PSLEEP
+  :: atomic { /* a credit WRITE lands in the producer's credit MR (its completion: cr empties); a
+               * WRITE_WITH_IMM (notifying) also makes a receive completion in the producer's CQ
+               * (a receive is always posted, P7; the immediate carries nothing) */
+       cr?e, t, r, k ->
+       if
+       :: e == epoch -> cm_valid = 1; cm_ep = e; cm_rel = t; cm_flag = r;
+            if
+#if NO_REPOLL
+            :: k ->
+                 p_rcv = 1;
+                 if
+                 :: p_slp == P_ASLEEP -> p_ev = 1  /* armed: a new completion is an event */
+                 :: else -> skip
+                 fi
+#else
+            :: k && p_slp == P_ASLEEP -> p_slp = P_AWAKE  /* an event of the armed CQ: it wakes */
+#endif
+            :: else -> skip
+            fi
+       :: else -> skip
+       fi;
+       e = 0; t = 0; r = 0; k = 0 }
+#elif SLEEP
   :: atomic { /* a credit WRITE lands in the producer's credit MR (its completion: cr empties) */
        cr?e, t, r ->
        if
@@ -572,6 +734,9 @@ end:
 active proctype consumer() {
   byte e, t, s;
   bit r;
+#if PSLEEP
+  bit k;   /* the credit record being written is notifying */
+#endif
 end:
   do
 #if MODE == IMM
@@ -657,17 +822,36 @@ end:
   :: atomic { /* take_credit(): lazily, at once when asked, or to clear the flag after a doorbell
                * (released may be unchanged); the flag of every other record stays as it is.
                * A record that leaves released unchanged does not answer a pending credit
-               * request (wakeup.md O2; CLEAR_ASK: it does, as ConsumerCore::take_credit has it) */
+               * request (wakeup.md O2; CLEAR_ASK: it does, as ConsumerCore::take_credit had it) */
        c_viol == 0 && AWAKE_ && CREDIT_LINK && CREDIT_OWED && nfull(cr) ->
        if
        :: c_clr -> c_flag = 0; c_clr = 0
        :: else -> skip
        fi;
+#if PSLEEP
+       /* O6: notifying (WRITE_WITH_IMM) when it answers a request (released moves while one is
+        * pending), or (REPEAT_ANSWER) when a request is pending and the last record that moved
+        * released was plain; else a plain WRITE (lazy credit, a clear). ANSWER_PLAIN: always
+        * plain. (Setting the flag is the sleep step's, below.) */
+       if
+       :: !ANSWER_PLAIN && c_asked && (c_rel > c_cred || C_REPEAT) -> k = 1; c_plain = 0
+       :: else ->
+            k = 0;
+            if
+            :: c_rel > c_cred -> c_plain = 1
+            :: else -> skip
+            fi
+       fi;
+#endif
        if
        :: CLEAR_ASK || c_rel > c_cred -> c_asked = 0
        :: else -> skip
        fi;
-       cr!epoch, c_rel, c_flag; c_cred = c_rel }
+#if PSLEEP
+       CR_SEND(c_rel, c_flag, k); c_cred = c_rel; k = 0 }
+#else
+       CR_SEND(c_rel, c_flag, 0); c_cred = c_rel }
+#endif
   :: atomic { /* RingOwner::wait, when nothing is pending (the application released all it read,
                * no credit owed, no completion, nothing unread, tail MR unchanged). Mode tail: a
                * credit record with the flag set, unless the last one carried it (only over a
@@ -679,11 +863,28 @@ end:
        if
        :: !c_flag && CREDIT_LINK && !NO_FLAG ->
             c_flag = 1;
+#if PSLEEP
+            /* O6: it sets the flag, so it is notifying (FLAG_PLAIN: only if it also answers a
+             * request) */
+            if
+            :: !FLAG_PLAIN || (!ANSWER_PLAIN && c_asked && (c_rel > c_cred || C_REPEAT)) -> k = 1; c_plain = 0
+            :: else ->
+                 k = 0;
+                 if
+                 :: c_rel > c_cred -> c_plain = 1
+                 :: else -> skip
+                 fi
+            fi;
+#endif
             if
             :: CLEAR_ASK || c_rel > c_cred -> c_asked = 0
             :: else -> skip
             fi;
-            cr!epoch, c_rel, 1; c_cred = c_rel
+#if PSLEEP
+            CR_SEND(c_rel, 1, k); c_cred = c_rel; k = 0
+#else
+            CR_SEND(c_rel, 1, 0); c_cred = c_rel
+#endif
        :: else -> skip
        fi;
        c_slp = FLAGGING
@@ -728,7 +929,7 @@ active proctype connection() {
   fi;
 end:
   do
-  :: atomic { up && drops < MAXDROP -> up = 0; drops++ }
+  :: atomic { up && drops < MAXDROP -> up = 0; drops++ P_WAKE_ }
   :: atomic {
        !up ->
        /* The old link is destroyed and the ring and tail MR re-registered (resume.md steps
@@ -832,7 +1033,7 @@ inline owner_resume(e) {
   :: e == epoch -> t_unconf = epoch; g_unconf = epoch
   :: else -> skip                       /* a retry keeps the fallback it had */
   fi;
-  up = 0;
+  up = 0 P_WAKE_;
   epoch++; t_st = T_WAIT;
   npend_cur = 0;
   c_mark = c_head; c_cred = c_rel; c_asked = 0; c_viol = 0; c_seen = 0;
@@ -865,7 +1066,7 @@ active proctype connection() {
 end:
   do
   :: atomic { /* the producer's QP dies; the owner marks a connected session broken */
-       up && drops < MAXDROP -> up = 0; drops++;
+       up && drops < MAXDROP -> up = 0; drops++ P_WAKE_;
        if
        :: t_st == T_CONN -> t_st = T_BROKEN
        :: else -> skip
@@ -996,7 +1197,7 @@ end:
        od;
        SNAPSHOT;
        if
-       :: ADMITS_CONNECT(e) -> up = 0        /* its QP would replace the producer's */
+       :: ADMITS_CONNECT(e) -> up = 0 P_WAKE_  /* its QP would replace the producer's */
        :: else -> skip
        fi;
        assert(!STALE(e) || UNCHANGED);      /* P9 */
@@ -1009,5 +1210,5 @@ end:
  * published and delivered (no credit deadlock, publish-modes.md §6.2). */
 active proctype watchdog() {
   timeout ->
-    assert(c_viol != 0 || p_dead || (p_com == MAXREC && p_pub == p_com && c_head == p_com))
+    assert(c_viol != 0 || p_dead || (p_com == MAXREC && p_pub == p_com && c_head == p_com && (!DRAIN || p_rel == p_com)))
 }

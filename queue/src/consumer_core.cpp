@@ -192,6 +192,7 @@ Result<ResumePoint> ConsumerCore::begin_epoch(std::uint64_t epoch) {
   // The producer learns `released` from the resume answer itself: that is the new credit.
   credited_ = released_;
   credit_asked_ = false;
+  unnotified_ = false;  // the resume answer carries `released`
   // Both sides count credit requests from 0 in a new epoch (a restarted producer can do no else).
   credit_requests_seen_ = 0;
   doorbell_wanted_ = doorbell_written_ = mode_ == wire::PublishMode::tail;
@@ -205,7 +206,11 @@ Result<ResumePoint> ConsumerCore::begin_epoch(std::uint64_t epoch) {
 
 std::optional<CreditWrite> ConsumerCore::take_credit() {
   const bool flag_changes = doorbell_wanted_ != doorbell_written_;
-  if (failure_ || sq_.free() == 0 || (released_ == credited_ && !flag_changes)) return std::nullopt;
+  // A request that crossed a plain record carrying the room it asks for: the producer may have
+  // armed and slept before that record landed, so it is written again, with an immediate,
+  // whether or not anything more was released (protocol-spec/wakeup.md O6).
+  const bool repeat = credit_asked_ && unnotified_;
+  if (failure_ || sq_.free() == 0 || (released_ == credited_ && !flag_changes && !repeat)) return std::nullopt;
   if (!credit_asked_ && !flag_changes && released_ - credited_ < geometry_.bytes / config_.credit_fraction)
     return std::nullopt;
   CreditWrite w;
@@ -217,7 +222,9 @@ std::optional<CreditWrite> ConsumerCore::take_credit() {
   // (the producer may sleep until it comes). Setting the flag is too: a producer asleep with
   // publishes in flight must look at it (protocol-spec/wakeup.md).
   const bool sets_flag = flag_changes && doorbell_wanted_;
-  w.notify = answers || sets_flag;
+  w.notify = answers || sets_flag || repeat;
+  if (w.notify) unnotified_ = false;
+  else if (released_ != credited_) unnotified_ = true;
   w.slot = sq_.take(w.notify);
   if (flag_changes) {
     ++counters_.doorbell_flag_writes;

@@ -9,11 +9,14 @@
 
 #include <atomic>
 #include <fstream>
+#include <future>
 #include <sstream>
 #include <thread>
 
 #include "owner_harness.hpp"
+#include "raw_control.hpp"
 #include "rdmaring/threaded_producer.hpp"
+#include "ring_owner_test_access.hpp"
 
 using namespace rdmaring;
 using namespace rdmaring::testing;
@@ -47,6 +50,25 @@ std::chrono::nanoseconds thread_cpu(const std::string& name) {
 }
 
 double seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
+
+// How long an idle producer sleeps in wait() before its connection's end surfaces, while
+// `meanwhile` runs on another thread; and the error. A lost wake-up sleeps out the 120 s: the
+// bounds below are for that, not for speed.
+std::pair<double, Error> sleep_until_error(Producer& p, const std::function<void()>& meanwhile) {
+  std::thread other(meanwhile);
+  const auto start = std::chrono::steady_clock::now();
+  const auto elapsed = [&] { return seconds(std::chrono::steady_clock::now() - start); };
+  Result<void> r = success();
+  // Woken by anything else (a last completion of the drain), it looks and sleeps again.
+  while (r && elapsed() < 120) {
+    const auto woke = p.wait(120s);
+    r = woke ? p.progress() : Result<void>(woke.error());
+  }
+  const double waited = elapsed();
+  other.join();
+  REQUIRE_FALSE(r);
+  return {waited, r.error()};
+}
 
 }  // namespace
 
@@ -110,7 +132,14 @@ TEST_CASE("a producer short of credit sleeps in wait() until the owner's answer 
   REQUIRE(p.flush());
   Auditor audit(*owner, {}, {}, Auditor::Idle::sleep);
   constexpr std::uint64_t kRecords = 200;
-  for (; sent < kRecords; ++sent) REQUIRE(p.send(record_bytes(sent), 60s));
+  for (; sent < kRecords; ++sent) {
+    // A lost wake-up sleeps out the whole timeout and then finds the room it was not told of.
+    const auto start = std::chrono::steady_clock::now();
+    REQUIRE(p.send(record_bytes(sent), 60s));
+    const double took = seconds(std::chrono::steady_clock::now() - start);
+    INFO("record " << sent << ": " << p.ledger_dump());
+    REQUIRE(took < 30);
+  }
   REQUIRE(p.drain(60s));
   REQUIRE(wait_for([&] { return audit.delivered() == kRecords; }, 60s));
   const ProducerStats ps = p.stats();
@@ -146,4 +175,95 @@ TEST_CASE("a session that ends wakes an owner asleep in wait()", "[softroce][wak
   CHECK(timeouts == 0);
   CHECK(delivered == 1);
   CHECK(closed.load() == 1);
+}
+
+TEST_CASE("a producer asleep in wait() wakes when the owner breaks its connection", "[softroce][wakeup]") {
+  const auto owner = RingOwner::start(owner_options(wire::PublishMode::imm));
+  Auditor audit(*owner, {}, {}, Auditor::Idle::sleep);
+  auto po = producer_options(*owner);
+  po.heartbeat_interval = 1h;  // so that only the rdma_cm disconnect can end the sleep
+  Producer p = Producer::attach(po);
+  REQUIRE(send_records(p, 10));
+  REQUIRE(p.drain(60s));
+  const SessionId session = p.credentials().session;
+  const auto sleeps = p.stats().sleeps;
+  // Nothing in flight: no completion will come. The owner breaks the link as after a refused
+  // credit post (failures.md §1): its QP to error, then rdma_disconnect.
+  const auto [waited, error] = sleep_until_error(p, [&] {
+    std::this_thread::sleep_for(1s);
+    RingOwnerTestAccess::inject(*owner, session, OwnerDataPlane::Fault::qp_error);
+  });
+  UNSCOPED_INFO("the broken link surfaced " << waited * 1e3 << " ms after the producer went to sleep (broken after 1 s)");
+  CHECK(waited < 60);
+  CHECK(p.stats().sleeps > sleeps);
+  CHECK(error == errc::completion_error);
+  UNSCOPED_INFO("as: " << error.message());
+  // And it heals: nothing lost, nothing twice.
+  REQUIRE(send_records(p, 20));
+  REQUIRE(p.drain(60s));
+  REQUIRE(wait_for([&] { return audit.delivered() == 20; }, 60s));
+  CHECK(audit.wrong() == 0);
+  CHECK(audit.error().empty());
+}
+
+TEST_CASE("a producer asleep in wait() wakes when its heartbeats go unanswered", "[softroce][wakeup]") {
+  // The owner's control thread is held inside an on_session call (another producer's attach):
+  // heartbeats go unanswered while its QPs stay up, so only the control thread's alarm
+  // (owner_lost) can end the sleep.
+  std::atomic<bool> hold{false};
+  std::promise<void> release;
+  const std::shared_future<void> released = release.get_future().share();
+  auto o = owner_options(wire::PublishMode::imm);
+  o.on_session = [&hold, released](const SessionRecord&) {
+    if (hold.load()) released.wait();
+  };
+  const auto owner = RingOwner::start(o);
+  Auditor audit(*owner, {}, {}, Auditor::Idle::sleep);
+  auto po = producer_options(*owner);
+  po.connect_timeout = 3s;  // a heartbeat's limit too
+  po.heartbeat_interval = 300ms;
+  Producer p = Producer::attach(po);
+  REQUIRE(send_records(p, 10));
+  REQUIRE(p.drain(60s));
+  std::thread second;
+  const auto [waited, error] = sleep_until_error(p, [&] {
+    std::this_thread::sleep_for(1s);
+    hold = true;
+    second = std::thread([&] {
+      try {
+        (void)Producer::attach(producer_options(*owner));
+      } catch (const SetupError&) {  // its reply waits for the release: it may time out
+      }
+    });
+  });
+  release.set_value();
+  second.join();
+  UNSCOPED_INFO("owner_lost surfaced " << waited * 1e3 << " ms after the producer went to sleep (the control thread stopped after 1 s)");
+  CHECK(waited < 60);
+  CHECK(error == errc::owner_lost);
+}
+
+TEST_CASE("an attach wakes an owner asleep in wait()", "[softroce][wakeup]") {
+  auto o = owner_options(wire::PublishMode::imm);
+  o.lease = 10min;  // the session's expiry, which wakes it too, must not come first
+  const auto owner = RingOwner::start(o);
+  // Only the control channel: no QP connects, so no rdma_cm event can be what wakes the owner.
+  std::optional<Result<control::RingGrant>> grant;
+  std::thread attacher([&] {
+    std::this_thread::sleep_for(1s);
+    RawControl raw;  // its event loop is this thread's
+    const auto c = raw.connect(device_address(), owner->control_port(), test_pki::producer());
+    if (raw.hello(c)) grant = raw.attach(c);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const auto woke = owner->wait(120s);
+  const double waited = seconds(std::chrono::steady_clock::now() - start);
+  attacher.join();
+  REQUIRE(woke);
+  CHECK(woke.value());
+  UNSCOPED_INFO("woken " << waited * 1e3 << " ms after going to sleep (the attach came after 1 s)");
+  CHECK(waited < 60);
+  REQUIRE(grant);
+  REQUIRE(*grant);
+  CHECK(owner->session_count() == 1);
 }

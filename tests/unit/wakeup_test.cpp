@@ -4,9 +4,13 @@
 // protocol-spec/model (runs 25 on); the Soft-RoCE tests show it on a device.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "../fabric/loopback.hpp"
 #include "rdmaring/idle_strategy.hpp"
 #include "rdmaring/ring_owner.hpp"
+#include "rdmaring/waiter.hpp"
 
 using namespace rdmaring;
 using rdmaring::test::LoopbackFabric;
@@ -28,6 +32,14 @@ void owner_round(LoopbackFabric& f) {
   f.deliver_publishes();
   f.deliver(SIZE_MAX, [](const Delivery&) {});
   f.return_credit();
+}
+
+// Mode tail: one round trip clears the flag a new epoch starts with; from here no write sets it.
+void clear_doorbell_flag(LoopbackFabric& f) {
+  if (f.mode() != wire::PublishMode::tail) return;
+  REQUIRE(f.producer->send(kPayload, Clock::now()));
+  f.flush();
+  owner_round(f);
 }
 
 }  // namespace
@@ -189,11 +201,7 @@ TEST_CASE("a credit record that answers a request comes with an immediate, lazy 
   for (const auto mode : {wire::PublishMode::imm, wire::PublishMode::tail}) {
     INFO((mode == wire::PublishMode::imm ? "imm" : "tail"));
     LoopbackFabric f(mode, 4096, 1024);
-    if (mode == wire::PublishMode::tail) {
-      REQUIRE(f.producer->send(kPayload, Clock::now()));
-      f.flush();
-      owner_round(f);  // the flag is cleared; from here no write sets it
-    }
+    clear_doorbell_flag(f);
     const auto notified = f.stats().credit_notifications;
     // A quarter of the ring released with nobody asking: a plain WRITE.
     for (int i = 0; i < 10; ++i) REQUIRE(f.producer->send(kPayload, Clock::now()));
@@ -207,6 +215,45 @@ TEST_CASE("a credit record that answers a request comes with an immediate, lazy 
     f.flush();
     owner_round(f);
     CHECK(f.producer->counters().credit_requests >= 1);
+    CHECK(f.stats().credit_notifications == notified + 1);
+  }
+}
+
+TEST_CASE("a credit request that crosses lazy credit carrying its room is answered with an immediate all the same",
+          "[core][wakeup]") {
+  // protocol-spec/model run 43/44: the owner releases everything and writes it back plainly; the
+  // producer, which has not read that record yet, asks for credit and may arm and sleep before
+  // the record lands. Nothing more will be released, so "the first record that moves released"
+  // never comes: the owner writes the same record again, notifying.
+  for (const auto mode : {wire::PublishMode::imm, wire::PublishMode::tail}) {
+    INFO((mode == wire::PublishMode::imm ? "imm" : "tail"));
+    LoopbackFabric f(mode, 4096, 1024);
+    clear_doorbell_flag(f);
+    const auto free = [&] {
+      const auto l = f.producer->ledger();
+      return l.released + 4096 - l.committed;
+    };
+    while (free() >= wire::record_span(kPayload.size())) REQUIRE(f.producer->send(kPayload, Clock::now()));
+    f.flush();
+    CHECK(f.producer->counters().credit_requests == 0);
+    const auto notified = f.stats().credit_notifications;
+    f.deliver_publishes();
+    f.deliver(1000, [](const Delivery&) {});  // all released; the credit goes out plain, unread
+    CHECK(f.stats().credit_notifications == notified);
+    const auto writes = f.consumer().counters().credit_writes;
+    REQUIRE_FALSE(f.producer->send(kPayload, Clock::now()));  // refused: it asks
+    f.flush();
+    f.deliver_publishes();
+    f.return_credit();
+    CHECK(f.consumer().counters().credit_writes == writes + 1);
+    CHECK(f.stats().credit_notifications == notified + 1);
+    CHECK(f.producer->send(kPayload, Clock::now()));
+    // Once notified, a later request with nothing new waits for room, as before.
+    while (f.producer->send(kPayload, Clock::now())) {
+    }
+    f.flush();
+    f.deliver_publishes();
+    f.return_credit();
     CHECK(f.stats().credit_notifications == notified + 1);
   }
 }
@@ -250,4 +297,34 @@ TEST_CASE("bad input: a send queue too shallow for a batch beside unsignaled WRs
   REQUIRE(!few);
   CHECK(few.error() == errc::bad_config);
   CHECK_THAT(few.error().message(), Catch::Contains("recv_depth 16 below 32"));
+}
+
+TEST_CASE("a waiter wakes for a descriptor only while it watches it, and for wake() until taken back", "[wakeup]") {
+  using namespace std::chrono_literals;
+  int fds[2];
+  REQUIRE(pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0);
+  const Waiter w;
+  CHECK_FALSE(w.wait(0ms).value());
+  {
+    const Watched watched(w, fds[0]);
+    CHECK_FALSE(w.wait(0ms).value());
+    REQUIRE(write(fds[1], "x", 1) == 1);
+    CHECK(w.wait(10s).value());
+    CHECK(w.wait(0ms).value());  // level-triggered: until the byte is read
+  }
+  CHECK_FALSE(w.wait(0ms).value());  // still readable, no longer watched
+  w.wake();
+  w.wake();
+  CHECK(w.wait(0ms).value());
+  CHECK(w.take_wake());
+  CHECK_FALSE(w.take_wake());
+  CHECK_FALSE(w.wait(0ms).value());
+  // Bad input: the errno and the call, as data-path errors.
+  const auto bad = w.watch(-1);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error() == errc::system_failure);
+  CHECK_THAT(bad.error().message(), Catch::Contains("epoll_ctl"));
+  CHECK_THROWS_AS(Watched(w, -1), SetupError);
+  close(fds[0]);
+  close(fds[1]);
 }

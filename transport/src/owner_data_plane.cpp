@@ -519,6 +519,7 @@ Result<Granted> OwnerDataPlane::attach(std::string_view identity, Clock::time_po
   }
   // The durable record is the application's before the attach reply leaves (sessions.md §10.1).
   notify(notices);
+  waiter_->wake();  // wakeup.md O4: an application waiting for its producers to come
   return out;
 }
 
@@ -540,6 +541,7 @@ Result<Granted> OwnerDataPlane::restore(const Credentials& who, const DurableSes
     apply_actions(notices);
   }
   notify(notices);
+  waiter_->wake();
   return out;
 }
 
@@ -593,6 +595,7 @@ Result<Granted> OwnerDataPlane::resume(const Credentials& who, Clock::time_point
     apply_actions(notices);
   }
   notify(notices);
+  waiter_->wake();
   return out;
 }
 

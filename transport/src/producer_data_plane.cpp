@@ -1,9 +1,6 @@
 #include "rdmaring/producer_data_plane.hpp"
 
-#include <poll.h>
-
 #include <array>
-#include <cerrno>
 #include <utility>
 
 #include "rdmaring/dma.hpp"
@@ -24,21 +21,27 @@ constexpr std::uint64_t kRecvWrId = ~std::uint64_t{0};
 
 // The verbs objects of one connection (one epoch). Replaced whole by reconnect().
 struct ProducerDataPlane::Link {
+  explicit Link(const Waiter& waiter) : watched(waiter, channel.get()->fd) {}
   verbs::EventChannel channel;
+  Watched watched;  // the owner's disconnect ends a sleep
   verbs::CmId id{channel};
   std::optional<verbs::QueuePair> qp;
 };
 
 ProducerDataPlane::ProducerDataPlane(const ProducerDataPlaneOptions& options, std::uint64_t ring_bytes,
-                                     const ProducerEpoch& first)
-    : options_(options), first_(std::make_unique<Link>()) {
+                                     const ProducerEpoch& first, const Waiter& waiter)
+    : options_(options), waiter_(&waiter), first_(std::make_unique<Link>(waiter)) {
   first_->id.resolve(options_.address, first.data_port, options_.connect_timeout, options_.source_address);
   const verbs::Context ctx = first_->id.context();
   device_ = ctx.name();
   pd_.emplace(ctx);
-  async_.emplace(ctx);
+  // Another reader of this process's device context may take an event of this one's off the
+  // descriptor while this one sleeps on it: it then wakes this one.
+  async_.emplace(ctx, [w = waiter_] { w->wake(); });
+  async_watched_.emplace(waiter, async_->fd());
   // One CQ entry per SQ slot is plenty (only signaled WRs complete), and one per receive.
   cq_channel_.emplace(ctx);
+  cq_watched_.emplace(waiter, cq_channel_->fd());
   cq_.emplace(ctx, static_cast<int>(options_.sq_depth + recv_chain_.size()), &*cq_channel_);
   for (auto& wr : recv_chain_) wr.wr_id = kRecvWrId;
   credit_mr_.emplace(*pd_, credit_buf_.data(), credit_buf_.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
@@ -103,7 +106,7 @@ Result<void> ProducerDataPlane::reconnect(const ProducerEpoch& next) {
   // restart, a new ring address.
   target_.remote = next.keys;
   try {
-    auto link = std::make_unique<Link>();
+    auto link = std::make_unique<Link>(*waiter_);
     link->id.resolve(options_.address, next.data_port, options_.connect_timeout, options_.source_address);
     // The dead connection's QP goes now; the first link's id stays, it holds the device open.
     if (link_) link_.reset();
@@ -176,30 +179,40 @@ Result<std::size_t> ProducerDataPlane::poll(ProducerCore& core) {
     }
     recv_owed_ = 0;
   }
-  // The owner breaks a link by disconnecting it (its credit post was refused, say): a producer
-  // that waits for credit, posting nothing, would never see an error completion.
-  const bool due = ++poll_calls_ % kAsyncEventInterval == 0;
-  if (due) {
-    if (auto event = current().channel.next(std::chrono::milliseconds(0)))
-      core.on_post_error(make_error(errc::completion_error, current().id.describe() + ": " + event.value().name() +
-                                                                " from the owner: the connection is gone"));
-    else if (event.error() != errc::timed_out)
-      return event.error();
-  }
-  // pending(): another reader of this process's device context queued events for this one.
-  if (due || async_->pending()) {
-    BOOST_OUTCOME_TRYV(async_->drain([&](const verbs::AsyncEvent& e) {
-      if (e.qp_dead() && e.qp_num == qp_num)
-        core.on_post_error(make_error(errc::completion_error, std::string("async event ") +
-                                                                  ibv_event_type_str(e.type) + " on qp " +
-                                                                  std::to_string(e.qp_num)));
-    }));
+  if (++poll_calls_ % kAsyncEventInterval == 0) {
+    BOOST_OUTCOME_TRYV(check_link(core));
+  } else if (async_->pending()) {  // another reader of this process's device context queued events for this one
+    BOOST_OUTCOME_TRYV(take_async_events(core, qp_num));
   }
   const std::uint64_t released = core.ledger().released;
   const bool doorbell = core.doorbell();
+  const bool owed = core.doorbell_owed();
   read_credit(core);
-  if (core.ledger().released != released || core.doorbell() != doorbell || core.doorbell_owed()) ++events;
+  // A doorbell owed since an earlier poll is no news: it waits for send-queue slots, and the
+  // completion that frees them is the event to wait for.
+  if (core.ledger().released != released || core.doorbell() != doorbell || (!owed && core.doorbell_owed())) ++events;
   return events;
+}
+
+// What no completion reports: the owner broke the link by disconnecting it (its credit post was
+// refused, say), or the QP went fatal with nothing posted. A producer that waits for credit,
+// posting nothing, would never see an error completion.
+Result<void> ProducerDataPlane::check_link(ProducerCore& core) {
+  if (auto event = current().channel.next(std::chrono::milliseconds(0)))
+    core.on_post_error(make_error(errc::completion_error, current().id.describe() + ": " + event.value().name() +
+                                                              " from the owner: the connection is gone"));
+  else if (event.error() != errc::timed_out)
+    return event.error();
+  return take_async_events(core, current().qp->qp_num());
+}
+
+Result<void> ProducerDataPlane::take_async_events(ProducerCore& core, std::uint32_t qp_num) {
+  BOOST_OUTCOME_TRYV(async_->drain([&](const verbs::AsyncEvent& e) {
+    if (e.qp_dead() && e.qp_num == qp_num)
+      core.on_post_error(make_error(errc::completion_error, std::string("async event ") + ibv_event_type_str(e.type) +
+                                                                " on qp " + std::to_string(e.qp_num)));
+  }));
+  return success();
 }
 
 void ProducerDataPlane::read_credit(ProducerCore& core) const {
@@ -212,6 +225,8 @@ Result<bool> ProducerDataPlane::arm(ProducerCore& core) {
   if (std::exchange(armed_, false)) {
     BOOST_OUTCOME_TRYV(cq_channel_->take_events());
   }
+  // Level-triggered: an event left on either descriptor would end every sleep at once.
+  BOOST_OUTCOME_TRYV(check_link(core));
   BOOST_OUTCOME_TRY(before, poll(core));
   if (before > 0 || core.failure()) return false;
   BOOST_OUTCOME_TRYV(cq_->arm());
@@ -221,13 +236,6 @@ Result<bool> ProducerDataPlane::arm(ProducerCore& core) {
   if (after > 0 || core.failure()) return false;
   ++counters_.sleeps;
   return true;
-}
-
-Result<bool> ProducerDataPlane::sleep(std::chrono::milliseconds timeout) const {
-  pollfd p{cq_channel_->fd(), POLLIN, 0};
-  const int n = ::poll(&p, 1, timeout.count() < 0 ? -1 : static_cast<int>(timeout.count()));
-  if (n < 0 && errno != EINTR) return make_error(errc::system_failure, "poll on " + device_ + "'s completion channel", errno);
-  return n != 0;
 }
 
 void ProducerDataPlane::disconnect() noexcept {

@@ -11,35 +11,27 @@
 namespace rdmaring {
 namespace {
 
-[[noreturn]] void fail(const char* call) {
-  throw SetupError(make_error(errc::system_failure, std::string(call) + " for the owner's waiter", errno));
+Error failure(const char* call, int err) {
+  return make_error(errc::system_failure, std::string(call) + " for a waiter", err);
 }
 
 }  // namespace
 
 Waiter::Waiter(std::initializer_list<int> fds) {
   epoll_ = epoll_create1(EPOLL_CLOEXEC);
-  if (epoll_ < 0) fail("epoll_create1");
+  if (epoll_ < 0) throw SetupError(failure("epoll_create1", errno));
   event_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (event_ < 0) {
     const int err = errno;
     close(epoll_);
-    errno = err;
-    fail("eventfd");
+    throw SetupError(failure("eventfd", err));
   }
-  const auto watch = [this](int fd) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    if (epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev) != 0) fail("epoll_ctl");
-  };
-  try {
-    for (int fd : fds) watch(fd);
-    watch(event_);
-  } catch (...) {
+  Result<void> ok = watch(event_);
+  for (auto it = fds.begin(); ok && it != fds.end(); ++it) ok = watch(*it);
+  if (!ok) {
     close(event_);
     close(epoll_);
-    throw;
+    throw SetupError(ok.error());
   }
 }
 
@@ -48,10 +40,20 @@ Waiter::~Waiter() {
   close(epoll_);
 }
 
+Result<void> Waiter::watch(int fd) const {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  if (epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev) != 0) return failure("epoll_ctl(EPOLL_CTL_ADD)", errno);
+  return success();
+}
+
+void Waiter::unwatch(int fd) const noexcept { (void)epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr); }
+
 Result<bool> Waiter::wait(std::chrono::milliseconds timeout) const {
   epoll_event ev{};
   const int n = epoll_wait(epoll_, &ev, 1, timeout.count() < 0 ? -1 : static_cast<int>(timeout.count()));
-  if (n < 0 && errno != EINTR) return make_error(errc::system_failure, "epoll_wait for the owner's waiter", errno);
+  if (n < 0 && errno != EINTR) return failure("epoll_wait", errno);
   return n != 0;
 }
 
@@ -64,6 +66,10 @@ void Waiter::wake() const noexcept {
 bool Waiter::take_wake() const noexcept {
   std::uint64_t count = 0;
   return read(event_, &count, sizeof count) == static_cast<ssize_t>(sizeof count) && count > 0;
+}
+
+Watched::Watched(const Waiter& waiter, int fd) : waiter_(&waiter), fd_(fd) {
+  if (auto ok = waiter.watch(fd); !ok) throw SetupError(ok.error());
 }
 
 }  // namespace rdmaring

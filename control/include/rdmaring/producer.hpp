@@ -91,7 +91,8 @@ class Producer {
   ~Producer();
 
   // Copies `payload` into staging as one record; posts when a coalescing threshold is reached.
-  // Errors: would_block (ring full: call progress() and retry), record_too_large, the
+  // Errors: would_block (ring full even after taking the credit that had come, and credit asked
+  // for: wait() until the answer, or progress(), and retry), record_too_large, the
   // connection's error (needs_recover()). An error means the record was not taken; once taken,
   // a record is delivered exactly once whatever fails after.
   Result<void> send(std::span<const std::byte> payload);
@@ -120,12 +121,15 @@ class Producer {
   bool quiescent();
   // Flushes, then sleeps until something happens that progress() acts on: credit the owner wrote
   // with an immediate (it answers this producer's credit request, or asks for doorbells), a
-  // completion, or `timeout` (negative: none). Returns true at once when something is there,
-  // false on timeout. Errors: as progress(); system_failure.
+  // completion, the owner's disconnect, a device event on the QP, the control thread's alarm
+  // (owner_lost, a refused heartbeat), or `timeout` (negative: none). Returns true at once when
+  // something is there, false on timeout. Errors: as progress(); system_failure.
   Result<bool> wait(std::chrono::milliseconds timeout);
   // For an event loop: false when progress() has something now; true when fd() becomes readable
-  // at the next event, then call progress(). Errors: as wait().
+  // at the next event (any of wait()'s), then call progress(). Errors: as wait().
   Result<bool> arm();
+  // An epoll descriptor (it nests in the application's epoll, poll or select); the same one for
+  // the producer's life, across recover().
   int fd() const;
   // Flushes and waits until the consumer has released every record (errc::timed_out), asking
   // for credit and sleeping in wait() until it comes.
@@ -161,6 +165,10 @@ class Producer {
   static Producer open(const ProducerOptions& options, const SessionCredentials* rejoining);
   // Posts what the coalescing policy says is due at `now` (everything, with `force`).
   Result<void> post_due(bool force, Clock::time_point now);
+  // progress() after a refused claim; true when it took credit that moved `released`, and the
+  // claim is to be tried again: a caller that sleeps on would_block would otherwise sleep on
+  // space it already has, since a sleep waits only for what comes after its own look.
+  Result<bool> progress_for_space();
   // One idle round of send(payload, timeout) or drain(): spin, yield, or sleep in wait().
   Result<void> pause(IdleStrategy& idle, Clock::time_point deadline, Clock::time_point now);
   std::unique_ptr<Connection> c_;

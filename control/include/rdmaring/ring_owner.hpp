@@ -158,8 +158,9 @@ class RingOwner {
   // passes (negative: no limit). It takes what is waiting, asks tail-mode producers to follow
   // their publishes with a doorbell, arms the completion queue and looks again, so no publish
   // is missed: one that lands before the arming is seen by that look, one after it wakes the
-  // sleep. A session that ends wakes it too (after on_session_closed), so a loop that waits for
-  // session_count() to fall needs no timeout. Returns true at once when there is work, true
+  // sleep. A session that ends wakes it too (after on_session_closed), and so does an attach,
+  // restore or resume granted, so a loop that waits for session_count() to fall or rise needs
+  // no timeout. Returns true at once when there is work, true
   // when woken, false on timeout.
   // Errors: verbs_failure, system_failure; invalid_argument from inside a handler.
   Result<bool> wait(std::chrono::milliseconds timeout);

@@ -111,7 +111,8 @@ class ConsumerCore {
   // failure: the new connection starts clean. Errors: stale_epoch.
   Result<ResumePoint> begin_epoch(std::uint64_t epoch);
 
-  // The credit write-back due now, if any (a quarter ring released, or the producer asked).
+  // The credit write-back due now, if any (a quarter ring released, or the producer asked, or
+  // the producer asked after a plain record that moved `released`: protocol-spec/wakeup.md O6).
   std::optional<CreditWrite> take_credit();
   void on_completion(std::uint64_t wr_id, bool success, int wc_status = 0);
 
@@ -141,6 +142,9 @@ class ConsumerCore {
   std::uint64_t deliver_from_;
   std::uint32_t credit_requests_seen_ = 0;
   bool credit_asked_ = false;
+  // The last record that moved `released` was a plain WRITE and none with an immediate followed:
+  // a request may have crossed it, and the producer may sleep with its room already in its MR.
+  bool unnotified_ = false;
   // Both start set in mode tail: a producer assumes the flag in an epoch it has no credit from.
   bool doorbell_wanted_;
   bool doorbell_written_;

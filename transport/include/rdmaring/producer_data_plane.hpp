@@ -5,6 +5,10 @@
 // ProducerCore decides: posts its batches, feeds it completions, async events and the credit
 // record.
 //
+// What can end a producer's sleep is in the Waiter the producer gives it: the completion
+// channel, the current link's rdma_cm event channel (the owner's disconnect) and the device's
+// asynchronous events (a QP gone fatal with nothing posted).
+//
 // One thread at a time (the Producer's caller); no lock. What the control channel grants (the
 // epoch, its connect proof, the ring's keys) comes in as an Epoch: this layer never speaks
 // Cap'n Proto.
@@ -29,6 +33,7 @@
 #include "rdmaring/verbs/cq.hpp"
 #include "rdmaring/verbs/mr.hpp"
 #include "rdmaring/verbs/pd.hpp"
+#include "rdmaring/waiter.hpp"
 
 namespace rdmaring {
 
@@ -60,9 +65,11 @@ struct ProducerDataPlaneCounters {
 class ProducerDataPlane {
  public:
   // Opens the device, registers a staging mirror of `ring_bytes` and the credit record, and
-  // connects the QP for `first`. Throws SetupError (no_device, verbs_failure, bad_config when
-  // the device grants too little inline data, protocol_violation for a foreign accept).
-  ProducerDataPlane(const ProducerDataPlaneOptions& options, std::uint64_t ring_bytes, const ProducerEpoch& first);
+  // connects the QP for `first`; puts what ends a sleep into `waiter`, which must outlive this.
+  // Throws SetupError (no_device, verbs_failure, bad_config when the device grants too little
+  // inline data, protocol_violation for a foreign accept, system_failure of the waiter's epoll).
+  ProducerDataPlane(const ProducerDataPlaneOptions& options, std::uint64_t ring_bytes, const ProducerEpoch& first,
+                    const Waiter& waiter);
   ProducerDataPlane(const ProducerDataPlane&) = delete;
   ProducerDataPlane& operator=(const ProducerDataPlane&) = delete;
   ~ProducerDataPlane();
@@ -81,16 +88,17 @@ class ProducerDataPlane {
   // Returns how many events it took (completions, a changed credit record). Errors:
   // verbs_failure of the CQ or the async event queue.
   Result<std::size_t> poll(ProducerCore& core);
-  // Before sleeping: polls, arms the CQ, polls again. false: an event was there (act on the
-  // core's state instead of sleeping); true: fd() becomes readable at the next completion (a
-  // signaled send's, or a receive: credit the owner wrote with an immediate, because it answers
-  // a request or sets the doorbell flag). Errors: poll()'s, verbs_failure of the arming.
+  // Before sleeping: takes the link's rdma_cm and async events, polls, arms the CQ, polls again.
+  // false: an event was there (act on the core's state instead of sleeping); true: the waiter
+  // becomes readable at the next completion (a signaled send's, or a receive: credit the owner
+  // wrote with an immediate, because it answers a request or sets the doorbell flag), rdma_cm
+  // event or async event. A repair doorbell that waits for send-queue slots does not keep it
+  // awake: the completion that frees them ends the sleep. Errors: poll()'s, verbs_failure of the
+  // arming.
   Result<bool> arm(ProducerCore& core);
-  // After arm() returned true: sleeps until fd() is readable or `timeout` passes (negative: no
-  // limit). true: readable. Errors: system_failure of poll(2).
-  Result<bool> sleep(std::chrono::milliseconds timeout) const;
-  // The completion channel's descriptor, for an event loop.
-  int fd() const noexcept { return cq_channel_->fd(); }
+  // The link's rdma_cm and async events, into the core (poll() looks only every so many calls):
+  // after a sleep, whatever ended it is seen by the next progress(). Errors: verbs_failure.
+  Result<void> check_link(ProducerCore& core);
   // The QPs go (detach: the owner already tore its side down).
   void disconnect() noexcept;
 
@@ -107,14 +115,18 @@ class ProducerDataPlane {
   void connect(Link& l, const ProducerEpoch& e);
   Link& current() noexcept;
   Result<void> post_receives(std::uint32_t n);
+  Result<void> take_async_events(ProducerCore& core, std::uint32_t qp_num);
   void read_credit(ProducerCore& core) const;
 
   ProducerDataPlaneOptions options_;
+  const Waiter* waiter_;
   std::unique_ptr<Link> first_;  // its rdma_cm id holds the device context of the PD open
   std::string device_;
   std::optional<verbs::ProtectionDomain> pd_;
   std::optional<verbs::AsyncEvents> async_;
+  std::optional<Watched> async_watched_;
   std::optional<verbs::CompletionChannel> cq_channel_;  // before the CQ: it outlives it
+  std::optional<Watched> cq_watched_;
   std::optional<verbs::CompletionQueue> cq_;
   std::array<ibv_recv_wr, 16> recv_chain_{};  // no scatter list: the credit is in the WRITE's bytes
   std::uint32_t recv_owed_ = 0;               // receives consumed, not yet posted again

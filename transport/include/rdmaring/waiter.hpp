@@ -1,5 +1,5 @@
 // Waiter: sleeping until one of several descriptors is readable or another thread calls wake().
-// One epoll descriptor over the descriptors given plus an eventfd of its own, so that an
+// One epoll descriptor over the descriptors watched plus an eventfd of its own, so that an
 // application can put the single fd() into its own event loop (epoll nests).
 #pragma once
 
@@ -12,12 +12,17 @@ namespace rdmaring {
 
 class Waiter {
  public:
-  // Watches `fds` for readability (level-triggered); they must outlive the Waiter.
+  // Watches `fds` for readability (level-triggered); they must stay open while watched.
   // Throws: SetupError system_failure with the errno of epoll_create1, eventfd or epoll_ctl.
-  explicit Waiter(std::initializer_list<int> fds);
+  explicit Waiter(std::initializer_list<int> fds = {});
   ~Waiter();
   Waiter(const Waiter&) = delete;
   Waiter& operator=(const Waiter&) = delete;
+
+  // Adds `fd` (level-triggered readability) until unwatch(fd), which must come before it closes.
+  // Errors: system_failure with the errno of epoll_ctl.
+  Result<void> watch(int fd) const;
+  void unwatch(int fd) const noexcept;
 
   // Readable while a watched descriptor is, or a wake() is not yet cleared.
   int fd() const noexcept { return epoll_; }
@@ -33,6 +38,21 @@ class Waiter {
  private:
   int epoll_ = -1;
   int event_ = -1;
+};
+
+// A descriptor in a Waiter's set for as long as this lives: declared after the object that owns
+// the descriptor, so that it leaves the set before the descriptor closes.
+class Watched {
+ public:
+  // Throws: SetupError, as Waiter::watch's error.
+  Watched(const Waiter& waiter, int fd);
+  ~Watched() { waiter_->unwatch(fd_); }
+  Watched(const Watched&) = delete;
+  Watched& operator=(const Watched&) = delete;
+
+ private:
+  const Waiter* waiter_;
+  int fd_;
 };
 
 }  // namespace rdmaring

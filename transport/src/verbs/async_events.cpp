@@ -53,8 +53,9 @@ std::uint32_t event_qp_num(const ibv_async_event& event) noexcept {
 
 }  // namespace
 
-AsyncEvents::AsyncEvents(const Context& context)
+AsyncEvents::AsyncEvents(const Context& context, std::function<void()> on_queued)
     : hub_(hub_of(context.get(), context.name())), queue_(std::make_unique<Queue>()), device_(context.name()) {
+  queue_->on_queued = std::move(on_queued);
   std::lock_guard lock(hub_->m);
   hub_->queues.push_back(queue_.get());
 }
@@ -88,6 +89,7 @@ Result<std::size_t> AsyncEvents::drain(const std::function<void(const AsyncEvent
       for (Queue* q : hub_->queues) {
         q->events.push_back(e);
         q->nonempty.store(true, std::memory_order_release);
+        if (q != queue_.get() && q->on_queued) q->on_queued();
       }
     }
     mine.swap(queue_->events);

@@ -46,8 +46,11 @@ struct AsyncEvent {
 
 class AsyncEvents {
  public:
+  // `on_queued` (may be empty) runs when another reader queues an event for this one, on that
+  // reader's thread with the hub locked: it may only wake this one's reader (Waiter::wake), whose
+  // sleep on fd() would otherwise miss an event that someone else took off the descriptor.
   // Throws: SetupError verbs_failure when the descriptor cannot be made non-blocking.
-  explicit AsyncEvents(const Context& context);
+  explicit AsyncEvents(const Context& context, std::function<void()> on_queued = {});
   ~AsyncEvents();
   AsyncEvents(const AsyncEvents&) = delete;
   AsyncEvents& operator=(const AsyncEvents&) = delete;
@@ -68,6 +71,7 @@ class AsyncEvents {
   struct Queue {
     std::vector<AsyncEvent> events;  // guarded by the hub's mutex
     std::atomic<bool> nonempty{false};
+    std::function<void()> on_queued;
   };
 
  private:
