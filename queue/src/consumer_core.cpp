@@ -111,6 +111,7 @@ void ConsumerCore::skip(std::uint64_t span) {
 
 Result<std::optional<DeliveredRecord>> ConsumerCore::next(Clock::time_point now) {
   if (failure_) return *failure_;
+  if (recheck_at() > now) return std::optional<DeliveredRecord>{};
   // Padding and records below deliver_from are consumed in place; the loop goes on to the next.
   while (head_ != published_) {
     const RecordView r = read_record(ring_, geometry_, head_, published_, config_.payload_check);
@@ -125,7 +126,13 @@ Result<std::optional<DeliveredRecord>> ConsumerCore::next(Clock::time_point now)
       // Tail mode: the tail write may have overtaken the payload (or a check saw it half placed).
       ++counters_.not_ready;
       if (!invalid_since_) invalid_since_ = now;
-      if (now - *invalid_since_ >= config_.ordering_grace) return violation(what + ", placement order violated");
+      const auto failing = now - *invalid_since_;
+      if (failing >= config_.ordering_grace) return violation(what + ", placement order violated");
+      // Backing off as the failure ages: an honest placement race ends within microseconds, a
+      // hostile tail lasts the whole grace, which must not keep the owner awake (wakeup.md O7).
+      const auto wait = std::clamp<Clock::duration>(failing, kRecheckMin, kRecheckMax);
+      recheck_at_ = std::min(now + wait, *invalid_since_ + config_.ordering_grace);
+      invalid_published_ = published_;
       return std::optional<DeliveredRecord>{};
     }
     invalid_since_.reset();
@@ -148,6 +155,11 @@ Result<std::optional<DeliveredRecord>> ConsumerCore::next(Clock::time_point now)
     return DeliveredRecord{r.payload, r.sequence, head_};
   }
   return std::optional<DeliveredRecord>{};
+}
+
+std::optional<Clock::time_point> ConsumerCore::recheck_at() const noexcept {
+  if (!invalid_since_ || published_ != invalid_published_ || failure_) return std::nullopt;
+  return recheck_at_;
 }
 
 Result<void> ConsumerCore::release(std::uint64_t end) {

@@ -282,6 +282,7 @@ void OwnerCore::on_immediate(SessionId id, std::uint32_t imm) {
   changed();
   const auto ok = config_.mode == wire::PublishMode::imm ? s->core.on_immediate(imm) : s->core.on_doorbell(imm);
   if (!ok) fail(id, ok.error());
+  else if (config_.mode == wire::PublishMode::tail) ++doorbells_;
 }
 
 void OwnerCore::on_tail(SessionId id, std::span<const std::byte, wire::kTailRecordSize> bytes) {
@@ -313,6 +314,25 @@ bool OwnerCore::wants_clock() const noexcept {
   });
   clock_checked_ = changes_;
   return clock_wanted_;
+}
+
+bool OwnerCore::work_due(Clock::time_point now) const noexcept {
+  if (!wants_clock()) return false;
+  return std::any_of(sessions_.begin(), sessions_.end(), [now](const auto& kv) {
+    const Session& s = kv.second;
+    const ConsumerLedger l = s.core.ledger();
+    if (s.core.counters().publishes != s.publishes_seen) return true;
+    if (l.head == l.published) return false;
+    const auto at = s.core.recheck_at();
+    return !at || *at <= now;
+  });
+}
+
+std::optional<OwnerCore::Clock::time_point> OwnerCore::next_recheck() const noexcept {
+  std::optional<Clock::time_point> first;
+  for (const auto& [id, s] : sessions_)
+    if (const auto at = s.core.recheck_at(); at && (!first || *at < *first)) first = at;
+  return first;
 }
 
 void OwnerCore::take_deliveries(std::size_t max, Clock::time_point now, std::vector<TakenRecord>& out) {
@@ -422,6 +442,7 @@ void OwnerCore::finish_deliveries(std::span<const TakenRecord> taken, std::size_
 
 void OwnerCore::prepare_sleep() noexcept {
   changed();
+  doorbells_at_prepare_ = doorbells_;
   for (auto& [id, s] : sessions_)
     if (s.link && s.link->established && !s.link->dead) s.core.want_doorbell(true);
 }

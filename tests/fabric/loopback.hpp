@@ -67,6 +67,8 @@ class LoopbackOwner {
   };
   void push(const Completion& c) { cq_.push_back(c); }
   std::size_t queued() const { return cq_.size(); }
+  // What is queued, oldest first (for tests that complete one WR at a time and watch each).
+  const std::deque<Completion>& completions() const { return cq_; }
   std::size_t queued_receives() const {
     return static_cast<std::size_t>(std::count_if(cq_.begin(), cq_.end(), [](const Completion& c) {
       return c.kind == Completion::Kind::receive;
@@ -214,6 +216,11 @@ class LoopbackFabric {
   bool flush() {
     auto batch = producer->take_batch();
     if (!batch) return false;
+    // The QP's send queue has sq_depth slots, whatever the core counted: past them, a real
+    // ibv_post_send fails, and a core that posts there has a WR it holds no slot for.
+    if (producer->send_queue_outstanding() > producer_config_.sq_depth)
+      throw std::logic_error("loopback: the producer has " + std::to_string(producer->send_queue_outstanding()) +
+                             " WRs outstanding on a send queue of " + std::to_string(producer_config_.sq_depth));
     if (dropped()) {
       producer->on_completion(batch->wrs[0].slot.wr_id, false, 5 /* IBV_WC_WR_FLUSH_ERR */);
       return true;

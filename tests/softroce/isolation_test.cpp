@@ -287,11 +287,8 @@ void attacks_beside_an_honest_stream(Attack attack) {
     REQUIRE(wait_for([&] { return stream.sent() >= kBefore || stream.done(); }, 120s));
     REQUIRE_FALSE(stream.done());
     testing::RawProducer raw(device_address(), owner->control_port());
-    auto g = raw.control.attach();
-    REQUIRE(g);
-    raw.grant = g.value();
     const auto connects = owner->stats().sessions.connects;
-    raw.connect(raw.hello(raw.grant.at.epoch));
+    raw.attach_and_connect();
     REQUIRE(wait_for([&] { return owner->stats().sessions.connects > connects; }, 30s));
     const RingOwnerStats before = owner->stats();
     REQUIRE(has_session(before, honest));

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -61,6 +62,15 @@ struct RawProducer {
   }
   wire::ConnectData hello(std::uint64_t epoch) const { return hello(grant.session, grant.secret, epoch); }
 
+  // Attaches over the control channel, then connects the grant's first epoch as an honest
+  // producer would. Throws SetupError when either is refused.
+  void attach_and_connect() {
+    auto g = control.attach();
+    if (!g) throw SetupError(g.error());
+    grant = g.value();
+    connect(hello(grant.at.epoch));
+  }
+
   // Connects a new QP with `data` as the connect request's private data. Throws SetupError
   // when the owner rejects it.
   void connect(const wire::ConnectData& data) {
@@ -101,7 +111,20 @@ struct RawProducer {
 
   ibv_wc_status post_and_wait(std::uint32_t rkey, std::optional<std::uint32_t> imm, std::chrono::seconds timeout) {
     std::memset(buf.data(), 0xEE, 64);
-    ibv_sge sge{reinterpret_cast<std::uintptr_t>(buf.data()), 64, mr->lkey()};
+    return post_and_wait(64, grant.ring_addr, rkey, imm, timeout);
+  }
+  // RDMA_WRITE of `bytes` to `remote_addr` with `rkey` (a forged tail record, say).
+  ibv_wc_status write_bytes(std::span<const std::byte> bytes, std::uint64_t remote_addr, std::uint32_t rkey,
+                            std::chrono::seconds timeout) {
+    if (bytes.size() > buf.size()) throw std::invalid_argument("write_bytes: more than the buffer holds");
+    std::memcpy(buf.data(), bytes.data(), bytes.size());
+    return post_and_wait(static_cast<std::uint32_t>(bytes.size()), remote_addr, rkey, std::nullopt, timeout);
+  }
+
+  // The first `length` bytes of the buffer, written to `remote_addr`.
+  ibv_wc_status post_and_wait(std::uint32_t length, std::uint64_t remote_addr, std::uint32_t rkey,
+                              std::optional<std::uint32_t> imm, std::chrono::seconds timeout) {
+    ibv_sge sge{reinterpret_cast<std::uintptr_t>(buf.data()), length, mr->lkey()};
     ibv_send_wr wr{};
     wr.wr_id = 1;
     wr.sg_list = &sge;
@@ -109,7 +132,7 @@ struct RawProducer {
     wr.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
     if (imm) wr.imm_data = htonl(*imm);
     wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = grant.ring_addr;
+    wr.wr.rdma.remote_addr = remote_addr;
     wr.wr.rdma.rkey = rkey;
     if (!qp->post_send(wr)) throw std::runtime_error("post_send failed");
     std::array<ibv_wc, 1> wc;

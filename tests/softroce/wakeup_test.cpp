@@ -6,15 +6,19 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "owner_harness.hpp"
 #include "raw_control.hpp"
+#include "raw_producer.hpp"
 #include "rdmaring/threaded_producer.hpp"
 #include "ring_owner_test_access.hpp"
 
@@ -50,6 +54,14 @@ std::chrono::nanoseconds thread_cpu(const std::string& name) {
 }
 
 double seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
+
+// Whether this process's thread `tid` is blocked in epoll_wait (/proc's syscall file names the
+// system call a blocked thread is in): a producer there sleeps in wait(), whatever the speed.
+bool in_epoll_wait(pid_t tid) {
+  long nr = -1;
+  std::ifstream(std::string("/proc/self/task/") + std::to_string(tid) + "/syscall") >> nr;
+  return nr == SYS_epoll_wait || nr == SYS_epoll_pwait;
+}
 
 // How long an idle producer sleeps in wait() before its connection's end surfaces, while
 // `meanwhile` runs on another thread; and the error. A lost wake-up sleeps out the 120 s: the
@@ -130,14 +142,38 @@ TEST_CASE("a producer short of credit sleeps in wait() until the owner's answer 
   while (p.send(record_bytes(sent))) ++sent;
   REQUIRE(sent > 0);
   REQUIRE(p.flush());
+  // The owner starts only once the producer sleeps on its next record: otherwise a fast owner
+  // answers while the producer still spins, and whether it ever sleeps depends on speed.
+  std::atomic<pid_t> sender{0};
+  auto first = std::async(std::launch::async, [&] {
+    sender = gettid();
+    return p.send(record_bytes(sent), 60s);
+  });
+  REQUIRE(wait_for([&] { return sender != 0 && in_epoll_wait(sender); }, 60s, 1ms));
   Auditor audit(*owner, {}, {}, Auditor::Idle::sleep);
+  REQUIRE(first.get());
+  ++sent;
   constexpr std::uint64_t kRecords = 200;
   for (; sent < kRecords; ++sent) {
     // A lost wake-up sleeps out the whole timeout and then finds the room it was not told of.
     const auto start = std::chrono::steady_clock::now();
-    REQUIRE(p.send(record_bytes(sent), 60s));
+    const auto r = p.send(record_bytes(sent), 60s);
     const double took = seconds(std::chrono::steady_clock::now() - start);
-    INFO("record " << sent << ": " << p.ledger_dump());
+    INFO("record " << sent << ": " << p.ledger_dump() << "\nowner: " << owner->ledger_dump());
+    if (!r) {
+      const ProducerStats ps = p.stats();
+      const RingOwnerStats os = owner->stats();
+      UNSCOPED_INFO("producer: batches " << ps.core.batches << " doorbells " << ps.core.doorbells << " requests "
+                    << ps.core.credit_requests << " credit_updates " << ps.core.credit_updates << " notifications "
+                    << ps.credit_notifications << " sleeps " << ps.sleeps << " completions " << ps.completions
+                    << " sq_full " << ps.core.sq_full << " signaled " << ps.core.signaled << " wrs " << ps.core.wrs);
+      UNSCOPED_INFO("owner: doorbells " << os.rings.doorbells << " flag_writes " << os.rings.doorbell_flag_writes
+                    << " sleeps " << os.sleeps << " recv_completions " << os.recv_completions << " credit_posts "
+                    << os.credit_posts << " requests " << os.rings.credit_requests << " publishes "
+                    << os.rings.publishes << " credit_writes " << os.rings.credit_writes << " not_ready "
+                    << os.rings.not_ready << " torn " << os.rings.torn_tail_reads);
+    }
+    REQUIRE(r);
     REQUIRE(took < 30);
   }
   REQUIRE(p.drain(60s));
@@ -147,6 +183,51 @@ TEST_CASE("a producer short of credit sleeps in wait() until the owner's answer 
   // It slept rather than spun, and the owner's answers woke it.
   CHECK(ps.sleeps > 0);
   CHECK(ps.credit_notifications > 0);
+  CHECK(audit.error().empty());
+}
+
+TEST_CASE("an owner asleep through a tail published over bytes never written reads them a few times, then refuses",
+          "[softroce][wakeup]") {
+  // wakeup.md O7: the hostile tail used to keep a sleeping owner polling for the whole grace.
+  std::mutex m;
+  std::string closed_why;
+  auto o = owner_options(wire::PublishMode::tail);
+  o.on_session_closed = [&](SessionId, CloseReason r, const std::string& why) {
+    std::lock_guard lock(m);
+    if (r == CloseReason::protocol_violation) closed_why = why;
+  };
+  const auto owner = RingOwner::start(o);
+  Auditor audit(*owner, {}, {}, Auditor::Idle::sleep);
+  testing::RawProducer raw(device_address(), owner->control_port());
+  const auto connects = owner->stats().sessions.connects;
+  raw.attach_and_connect();
+  REQUIRE(wait_for([&] { return owner->stats().sessions.connects > connects; }, 30s));
+  // A tail one record ahead, over the 64 B of 0xEE the doorbell's own write leaves at the ring's
+  // start: no header, so never valid. The doorbell wakes the owner, which reads the tail.
+  const wire::TailRecord forged{raw.grant.at.epoch, raw.grant.at.position + 2 * wire::kRecordAlign,
+                                raw.grant.at.next_sequence + 1, 0};
+  std::array<std::byte, wire::kTailRecordSize> bytes{};
+  wire::encode(forged, bytes);
+  REQUIRE(raw.write_bytes(bytes, raw.grant.tail_addr, raw.grant.tail_rkey, 30s) == IBV_WC_SUCCESS);
+  const auto before = owner->stats();
+  const auto rang = std::chrono::steady_clock::now();
+  const auto doorbell = wire::encode(wire::Immediate{0, false, static_cast<std::uint32_t>(raw.grant.at.epoch & 7)});
+  REQUIRE(raw.write_with_imm(raw.grant.ring_rkey, doorbell, 30s) == IBV_WC_SUCCESS);
+  REQUIRE(wait_for([&] { return owner->stats().sessions_failed > before.sessions_failed; }, 60s));
+  const double took = seconds(std::chrono::steady_clock::now() - rang);
+  const RingOwnerStats after = owner->stats();
+  INFO(owner->ledger_dump());
+  INFO("refused after " << took << " s; reads " << after.rings.not_ready - before.rings.not_ready << ", sleeps "
+                        << after.sleeps - before.sleeps);
+  {
+    std::lock_guard lock(m);
+    CHECK_THAT(closed_why, Catch::Contains("placement order violated"));
+  }
+  CHECK(took >= 1.0);  // the grace (1 s) from the first failing read, which follows the doorbell
+  // Doubling from 20 us to 50 ms apart: about 30 reads in 1 s; a loaded machine only lowers it.
+  // One per poll was ~30,000.
+  CHECK(after.rings.not_ready - before.rings.not_ready <= 60);
+  CHECK(after.sleeps - before.sleeps >= 10);  // it slept between the reads
   CHECK(audit.error().empty());
 }
 

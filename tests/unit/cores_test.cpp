@@ -202,16 +202,81 @@ TEST_CASE("tail mode: a publish that overtakes its payload is never delivered", 
   CHECK_THAT(late.error().message(), Catch::Contains("placement order violated"));
 }
 
-TEST_CASE("tail mode: a late payload within the grace is delivered", "[core]") {
-  LoopbackFabric f(wire::PublishMode::tail, 4096, 1024);
+namespace {
+
+// Mode tail: record 0 sent with its tail record placed and read, its payload held back (returned,
+// to place later): the owner sees a publish over bytes that fail every check.
+std::vector<WorkRequest> publish_before_payload(LoopbackFabric& f) {
   f.hold(true);
   REQUIRE(f.producer->send(payload_for(0, 100), Clock::now()));
   f.flush();
   auto held = f.place_publish_first();
+  REQUIRE_FALSE(held.empty());
   f.deliver_publishes();
-  CHECK_FALSE(f.next(Clock::now()).value());
+  return held;
+}
+
+}  // namespace
+
+TEST_CASE("tail mode: a late payload within the grace is delivered", "[core]") {
+  LoopbackFabric f(wire::PublishMode::tail, 4096, 1024);
+  auto held = publish_before_payload(f);
+  const auto t0 = Clock::now();
+  CHECK_FALSE(f.next(t0).value());
   for (auto& wr : held) f.place(wr);
-  auto r = f.next(Clock::now());
+  // Read again at its re-read time (wakeup.md O7), not before.
+  CHECK_FALSE(f.next(t0 + ConsumerCore::kRecheckMin / 2).value());
+  auto r = f.next(t0 + ConsumerCore::kRecheckMin);
+  REQUIRE(r.value());
+  CHECK(r.value()->delivery.sequence == 0);
+}
+
+TEST_CASE("tail mode: a record failing its checks is read again at growing intervals, then refused", "[core]") {
+  // A hostile tail over stale bytes must not cost a read per poll for the whole grace.
+  const auto grace = GENERATE(std::chrono::milliseconds(5), std::chrono::milliseconds(1000));
+  ConsumerConfig cc;
+  cc.ordering_grace = grace;
+  LoopbackFabric f(wire::PublishMode::tail, 4096, 1024, {}, cc);
+  publish_before_payload(f);
+  const auto t0 = Clock::now();
+  // Polled every 10 us: a read per poll would be grace / 10 us reads.
+  Clock::time_point t = t0;
+  Result<std::optional<TakenRecord>> r = f.next(t);
+  std::uint64_t reads = 0;  // the session closes at the refusal: counted while it lives
+  while (r && !r.value()) {
+    reads = f.consumer().counters().not_ready;
+    const auto due = f.consumer().recheck_at();
+    REQUIRE(due);
+    CHECK(*due <= t0 + grace);  // never past the grace's end
+    // An owner about to sleep sees no work before the re-read time and sets its timer for it.
+    CHECK(f.core().next_recheck() == due);
+    CHECK_FALSE(f.core().work_due(*due - std::chrono::nanoseconds(1)));
+    CHECK(f.core().work_due(*due));
+    t += std::chrono::microseconds(10);
+    r = f.next(t);
+  }
+  REQUIRE_FALSE(r);
+  CHECK(r.error() == errc::protocol_violation);
+  CHECK(t - t0 >= grace);
+  CHECK(t - t0 <= grace + std::chrono::microseconds(10));  // refused at the grace's end, not later
+  INFO("reads " << reads);
+  // Doubling from 20 us up to 50 ms: 9 reads for 5 ms, 30 for 1 s.
+  CHECK(reads <= 12 + static_cast<std::uint64_t>(grace / ConsumerCore::kRecheckMax));
+}
+
+TEST_CASE("tail mode: a tail that moves has the failing record read again at once", "[core]") {
+  LoopbackFabric f(wire::PublishMode::tail, 4096, 1024);
+  auto held = publish_before_payload(f);
+  const auto t0 = Clock::now();
+  CHECK_FALSE(f.next(t0).value());
+  CHECK(f.consumer().recheck_at());
+  for (auto& wr : held) f.place(wr);
+  f.hold(false);
+  REQUIRE(f.producer->send(payload_for(1, 100), t0));
+  f.flush();
+  f.deliver_publishes();  // the second publish moves the tail: no waiting for the re-read time
+  CHECK_FALSE(f.consumer().recheck_at());
+  auto r = f.next(t0);
   REQUIRE(r.value());
   CHECK(r.value()->delivery.sequence == 0);
 }

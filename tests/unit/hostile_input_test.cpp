@@ -70,6 +70,39 @@ std::vector<std::byte> payload_of(std::uint64_t seq) {
   return p;
 }
 
+// `records` records, from sequence `seq` on, sent, delivered and their credit returned: the
+// records after them start that far round the ring.
+void go_round(LoopbackFabric& f, std::uint64_t& seq, std::uint64_t records) {
+  for (const std::uint64_t end = seq + records; seq < end; ++seq) {
+    REQUIRE(f.producer->send(payload_of(seq), Clock::now()));
+    f.flush();
+    f.deliver_publishes();
+    REQUIRE(f.deliver(SIZE_MAX, [](const Delivery&) {}) == 1);
+    f.return_credit();
+  }
+}
+
+// Where the record the producer sends next will start: after padding when it does not fit
+// before the ring's end.
+std::uint64_t next_record_at(LoopbackFabric& f, std::uint64_t payload_len) {
+  const std::uint64_t at = f.producer->ledger().committed;
+  const std::uint64_t to_end = f.geometry().to_end(at);
+  return to_end < wire::record_span(payload_len) ? at + to_end : at;
+}
+
+// Takes every record the owner delivers at `now`, CHECKing that each is the one expected (then
+// `expect` moves past it) and within max_record; the session's verdict once none is left.
+Result<void> take_all(LoopbackFabric& f, std::uint64_t& expect, Clock::time_point now) {
+  for (;;) {
+    BOOST_OUTCOME_TRY(r, f.next(now));
+    if (!r) return success();
+    CHECK(r->delivery.sequence == expect);
+    CHECK(r->delivery.payload.size() <= f.geometry().max_record);
+    f.finish(std::span(&*r, 1), 1);
+    ++expect;
+  }
+}
+
 }  // namespace
 
 TEST_CASE("a record re-sealed with a lie is never delivered and fails its session", "[hostile][core]") {
@@ -82,38 +115,64 @@ TEST_CASE("a record re-sealed with a lie is never delivered and fails its sessio
           INFO(lie.what << ", after " << lap << " records, record " << victim << " of " << count);
           LoopbackFabric f(wire::PublishMode::imm, 4096, 1000);
           std::uint64_t seq = 0;
-          for (; seq < lap; ++seq) {
-            REQUIRE(f.producer->send(payload_of(seq), Clock::now()));
-            f.flush();
-            f.deliver_publishes();
-            REQUIRE(f.deliver(SIZE_MAX, [](const Delivery&) {}) == 1);
-            f.return_credit();
-          }
+          go_round(f, seq, lap);
           std::uint64_t victim_at = 0;
           for (std::uint64_t i = 0; i < count; ++i, ++seq) {
-            if (i == victim) victim_at = f.producer->ledger().committed;
+            if (i == victim) victim_at = next_record_at(f, payload_of(seq).size());
             REQUIRE(f.producer->send(payload_of(seq), Clock::now()));
           }
           f.flush();
-          // Padding may stand where the victim was to go: the record itself follows it.
-          if (f.geometry().to_end(victim_at) < wire::record_span(payload_of(lap + victim).size()))
-            victim_at += f.geometry().to_end(victim_at);
           reseal(f.ring(), f.geometry().offset(victim_at), lie.apply);
           f.deliver_publishes();
           std::uint64_t expect = lap;
-          Result<std::optional<TakenRecord>> r = std::optional<TakenRecord>{};
-          while ((r = f.next()) && r.value()) {
-            CHECK(r.value()->delivery.sequence == expect);
-            f.finish(std::span(&*r.value(), 1), 1);
-            ++expect;
-          }
+          const Result<void> verdict = take_all(f, expect, f.owner().now());
           CHECK(expect == lap + victim);
-          REQUIRE_FALSE(r);
-          CHECK(r.error() == errc::protocol_violation);
+          REQUIRE_FALSE(verdict);
+          CHECK(verdict.error() == errc::protocol_violation);
         }
       }
     }
   }
+}
+
+TEST_CASE("a sealed data record longer than max_record is never delivered, though it lies below the publish mark",
+          "[hostile][core]") {
+  // wire-formats.md check 4'. The lie swallows the records sent after it, so that every byte it
+  // claims is published, placed and sealed under its CRC: only max_record refuses it. Victims
+  // stand at many offsets (after `lap` records), with lengths just over max_record, a unit
+  // over, and up to most of the ring.
+  constexpr std::uint32_t kMax = 700;  // payload_of's records stay within it
+  std::size_t cases = 0;
+  for (const auto mode : {wire::PublishMode::imm, wire::PublishMode::tail}) {
+    for (std::uint64_t lap = 0; lap < 16; ++lap) {
+      for (const std::uint32_t over : {1u, 2u, 23u, 63u, 64u, 65u, 300u, 1000u, 2500u, 3300u}) {
+        const std::uint32_t len = kMax + over;
+        INFO((mode == wire::PublishMode::imm ? "imm" : "tail") << ", after " << lap << " records, length " << len);
+        LoopbackFabric f(mode, 4096, kMax);
+        std::uint64_t seq = 0;
+        go_round(f, seq, lap);
+        const std::uint64_t victim = seq;
+        const std::uint64_t victim_at = next_record_at(f, payload_of(seq).size());
+        if (f.geometry().to_end(victim_at) < wire::record_span(len)) continue;  // the lie ends past the ring
+        while (f.producer->ledger().committed < victim_at + wire::record_span(len))
+          REQUIRE(f.producer->send(payload_of(seq++), Clock::now()));
+        f.flush();
+        reseal(f.ring(), f.geometry().offset(victim_at), [len](HeaderBytes h) { set_field(h, 0, len); });
+        f.deliver_publishes();
+        std::uint64_t expect = lap;
+        const Clock::time_point now = f.owner().now();
+        Result<void> verdict = take_all(f, expect, now);
+        // Mode tail waits out the ordering grace before it calls a record that fails a violation.
+        if (mode == wire::PublishMode::tail && verdict)
+          verdict = take_all(f, expect, now + f.owner().config().core.ordering_grace);
+        CHECK(expect == victim);
+        REQUIRE_FALSE(verdict);
+        CHECK(verdict.error() == errc::protocol_violation);
+        ++cases;
+      }
+    }
+  }
+  CHECK(cases > 150);
 }
 
 TEST_CASE("the record reader refuses a sealed record running one unit past the mark or the ring's end",
@@ -139,6 +198,31 @@ TEST_CASE("the record reader refuses a sealed record running one unit past the m
       if (!fits) CHECK(read_record(ring, g, head, head + 2 * g.bytes).status == RecordView::Status::bad_length);
     }
   }
+}
+
+TEST_CASE("the record reader refuses a sealed data record above max_record at every offset, below any mark",
+          "[hostile][ring]") {
+  // wire-formats.md check 4': the span check alone lets these through (they fit before the
+  // ring's end and the mark); lengths go byte by byte around max_record, then a unit at a time.
+  const auto g = RingGeometry::make(4096, 1000).value();
+  std::vector<std::byte> ring(g.bytes);
+  std::size_t refused = 0;
+  for (std::uint64_t head = g.bytes; head < 2 * g.bytes; head += wire::kRecordAlign) {
+    const std::uint64_t published = head + g.to_end(head);
+    for (std::uint32_t len = g.max_record - 3; wire::record_span(len) <= g.to_end(head);
+         len += len < g.max_record + 3 ? 1 : static_cast<std::uint32_t>(wire::kRecordAlign) - 1) {
+      INFO("record at offset " << g.offset(head) << " of " << len << " B");
+      std::fill(ring.begin(), ring.end(), std::byte{0x5a});
+      reseal(ring, g.offset(head), [&](HeaderBytes h) {
+        wire::encode(wire::RecordHeader{len, wire::RecordKind::data, 9, 0}, h);
+      });
+      const bool over = len > g.max_record;
+      CHECK(read_record(ring, g, head, published).status ==
+            (over ? RecordView::Status::bad_length : RecordView::Status::data));
+      refused += over;
+    }
+  }
+  CHECK(refused > 500);
 }
 
 TEST_CASE("a header with reserved bits set is refused even when sealed again", "[hostile][wire]") {

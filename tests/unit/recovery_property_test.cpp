@@ -8,8 +8,10 @@
 // Whatever the schedule: every record is delivered exactly once, in order, checksum-valid, with
 // the bytes it was sent with; no write lands on ring bytes the consumer has not released, and a
 // record held by the application keeps its bytes until released; both ledgers are consistent
-// after every step; the session table admits exactly what its rules admit, no replayed resume
-// is admitted, and a refused control message changes nothing.
+// after every step; the producer never has more WRs outstanding than its send queue's depth
+// (the fabric refuses such a post: a doorbell, say, posted with no slot counted for it); the
+// session table admits exactly what its rules admit, no replayed resume is admitted, and a
+// refused control message changes nothing.
 //
 // A failing case prints the shrunk schedule ([send, flush, drop, resume, ...]) and a log of
 // what each step did.
@@ -420,7 +422,10 @@ class Harness {
     f_.owner().collect_closed();
     if (late) f_.owner().read_tails();
     else if (const auto again = f_.take_publishes(); !again) RC_FAIL("publish refused: " + again.error().message());
+    // As OwnerDataPlane's re-check: what it took is acted on, a doorbell's clear (O2) included.
+    f_.owner().post_credits();
     if (unread()) return "work at the re-check: stays up";
+    if (f_.core().doorbell_since_prepare()) return "a doorbell at the re-check: stays up";
     asleep_ = slept_ = true;
     return "asleep";
   }

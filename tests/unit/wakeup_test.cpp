@@ -104,6 +104,56 @@ TEST_CASE("tail mode: the owner's sleep flag is confirmed only by its write's co
   CHECK(got == 1);
 }
 
+TEST_CASE("tail mode: the flag is confirmed by its own write's completion, never by one of a write before it",
+          "[core][wakeup]") {
+  // wakeup.md §3.1. An RC send queue completes in order: the completion of a write posted just
+  // before the flag write says nothing of the flag, which may still be on the wire. Taken for
+  // the flag's own, the owner's last look would come before the flag lands in the producer's
+  // memory. Credit writes (a 64th of the ring released each, none read by the producer) go out
+  // before and after the flag write, one in `interval` signaled: the signaled ones take every
+  // position around it.
+  bool signaled_just_before = false;
+  for (std::uint32_t interval = 1; interval <= 4; ++interval) {
+    for (int before = 1; before <= 5; ++before) {
+      for (int after = 0; after <= 4; ++after) {
+        INFO("one credit write in " << interval << " signaled, " << before << " before the flag write, " << after
+                                    << " after");
+        ConsumerConfig cc;
+        cc.credit_fraction = 64;
+        cc.signal_interval = interval;
+        LoopbackFabric f(wire::PublishMode::tail, 4096, 1024, {}, cc);
+        clear_doorbell_flag(f);
+        f.owner().poll();
+        const auto credit_write = [&f] {
+          const auto writes = f.consumer().counters().credit_writes;
+          REQUIRE(f.producer->send(kPayload, Clock::now()));
+          f.flush();
+          REQUIRE(f.take_publishes(0));  // the tail MR only: the completions wait in the CQ
+          f.deliver(SIZE_MAX, [](const Delivery&) {});
+          REQUIRE(f.consumer().counters().credit_writes == writes + 1);
+        };
+        for (int i = 0; i < before; ++i) credit_write();
+        const auto& cq = f.owner().completions();
+        f.owner().core().prepare_sleep();
+        f.owner().post_credits();
+        REQUIRE(f.consumer().counters().doorbell_flag_writes == 2);  // the first clear, then this
+        REQUIRE(!cq.empty());
+        const std::uint64_t flag_wr = cq.back().wr_id;  // signaled, whatever the interval
+        for (int i = 0; i < after; ++i) credit_write();
+        signaled_just_before |=
+            std::any_of(cq.begin(), cq.end(), [&](const auto& c) { return c.wr_id + 1 == flag_wr; });
+        while (!cq.empty()) {
+          const std::uint64_t wr = cq.front().wr_id;
+          f.owner().poll(1);
+          CHECK(f.consumer().doorbell_confirmed() == (wr >= flag_wr));
+        }
+        CHECK(f.consumer().doorbell_confirmed());
+      }
+    }
+  }
+  CHECK(signaled_just_before);
+}
+
 TEST_CASE("tail mode: a flag that lands after a publish it did not see makes the producer ring again",
           "[core][wakeup]") {
   LoopbackFabric f(wire::PublishMode::tail, 1 << 16, 1024);
@@ -136,6 +186,48 @@ TEST_CASE("tail mode: a flag that lands after a publish it did not see makes the
   f.deliver_publishes();
   f.deliver(SIZE_MAX, [&](const Delivery&) { ++got; });
   CHECK(got == 1);
+}
+
+TEST_CASE("tail mode: a doorbell taken at the sleep's re-check keeps the owner up, and its next try sets the flag",
+          "[core][wakeup]") {
+  // Found on the device (a producer short of credit slept out its 60 s): a doorbell whose tail
+  // the owner had already read lands between its first look and its re-check. Taken there, it
+  // clears the flag (O2) with nothing new to read; had the owner slept, the producer would have
+  // published on without ringing, to a sleeper.
+  LoopbackFabric f(wire::PublishMode::tail, 1 << 16, 1024);
+  REQUIRE(f.producer->send(kPayload, Clock::now()));
+  auto batch = f.producer->take_batch();
+  REQUIRE(batch);
+  REQUIRE(doorbells_in(*batch) == 1);  // a new epoch rings (P1)
+  for (const WorkRequest& wr : batch->requests())
+    if (wr.kind != WorkRequest::Kind::write_with_imm) f.place(wr);
+  owner_round(f);  // the owner reads the tail and delivers; the doorbell is still on the wire
+  // The sleep procedure: nothing to take; the flag, set since the epoch began, stays as it is.
+  f.deliver_publishes();
+  f.owner().core().prepare_sleep();
+  f.owner().post_credits();
+  CHECK_FALSE(f.owner().core().doorbell_since_prepare());
+  for (const WorkRequest& wr : batch->requests())
+    if (wr.kind == WorkRequest::Kind::write_with_imm) f.place(wr);
+  f.deliver_publishes();  // the re-check takes the doorbell ...
+  f.owner().post_credits();  // ... and writes the clear, as OwnerDataPlane's re-check does
+  CHECK(f.owner().core().doorbell_since_prepare());  // so the owner does not sleep
+  f.producer->on_credit(std::span<const std::byte, wire::kCreditRecordSize>(f.credit_mr()));
+  REQUIRE_FALSE(f.producer->doorbell());
+  // The producer publishes without a doorbell; the owner's next try sets the flag again, over
+  // `released` below that publish: the producer owes the doorbell that wakes the sleeper.
+  REQUIRE(f.producer->send(kPayload, Clock::now()));
+  auto silent = f.producer->take_batch();
+  REQUIRE(silent);
+  CHECK(doorbells_in(*silent) == 0);
+  f.owner().core().prepare_sleep();
+  CHECK_FALSE(f.owner().core().doorbell_since_prepare());
+  f.owner().post_credits();
+  f.producer->on_credit(std::span<const std::byte, wire::kCreditRecordSize>(f.credit_mr()));
+  CHECK(f.producer->doorbell());
+  auto repair = f.producer->take_batch();
+  REQUIRE(repair);
+  CHECK(doorbells_in(*repair) == 1);
 }
 
 TEST_CASE("tail mode: a flag over everything published asks for no doorbell", "[core][wakeup]") {
@@ -327,4 +419,22 @@ TEST_CASE("a waiter wakes for a descriptor only while it watches it, and for wak
   CHECK_THROWS_AS(Watched(w, -1), SetupError);
   close(fds[0]);
   close(fds[1]);
+}
+
+TEST_CASE("a waiter wakes at the time set by wake_at, and not once it is replaced or unset", "[wakeup]") {
+  using namespace std::chrono_literals;
+  const Waiter w;
+  const auto now = std::chrono::steady_clock::now();
+  REQUIRE(w.wake_at(now + 50ms));
+  CHECK_FALSE(w.wait(0ms).value());
+  CHECK(w.wait(10s).value());
+  CHECK(std::chrono::steady_clock::now() >= now + 50ms);
+  CHECK(w.wait(0ms).value());  // level-triggered: until replaced
+  REQUIRE(w.wake_at(std::nullopt));
+  CHECK_FALSE(w.wait(0ms).value());
+  REQUIRE(w.wake_at(now - 1s));  // a time past: readable at once
+  CHECK(w.wait(0ms).value());
+  REQUIRE(w.wake_at(std::chrono::steady_clock::now() + 1h));
+  CHECK_FALSE(w.wait(0ms).value());
+  CHECK_FALSE(w.take_wake());  // the timer is not a wake(): an owner's arm() still sleeps after it
 }

@@ -15,9 +15,6 @@
 namespace rdmaring {
 namespace {
 
-// Receive WRs carry this id, so an error completion (whose opcode is undefined) can still be
-// told apart from a credit write's.
-constexpr std::uint64_t kRecvWrId = ~std::uint64_t{0};
 constexpr std::size_t kTailBufferBytes = 4096;
 
 // A ring that could not be made or registered (memlock, device, memory): the precise reason, so
@@ -313,7 +310,7 @@ Result<bool> OwnerDataPlane::work_waiting(Notices& notices) {
   // Completions may have freed the send-queue slots a credit (or a doorbell flag) waited for.
   post_credits();
   apply_actions(notices);
-  return core_.wants_clock();
+  return core_.work_due(Clock::now());
 }
 
 void OwnerDataPlane::disarm() {
@@ -343,7 +340,9 @@ Result<bool> OwnerDataPlane::arm() {
       BOOST_OUTCOME_TRYV(cq_->arm());
       armed_ = true;
       BOOST_OUTCOME_TRY(again, work_waiting(notices));
-      if (again) return false;
+      if (again || core_.doorbell_since_prepare()) return false;
+      // A record that fails its checks is looked at again at its time: the sleep ends then.
+      BOOST_OUTCOME_TRYV(waiter_->wake_at(core_.next_recheck()));
       ++counters_.sleeps;
       return true;
     }();

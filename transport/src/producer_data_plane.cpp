@@ -15,8 +15,6 @@ namespace {
 // Async events cost a system call to look for: every so many polls is soon enough for what
 // completions do not report (a QP gone fatal while nothing is posted).
 constexpr std::uint32_t kAsyncEventInterval = 64;
-// Receive WRs carry this id; a send WR's id is its slot number, far below.
-constexpr std::uint64_t kRecvWrId = ~std::uint64_t{0};
 }  // namespace
 
 // The verbs objects of one connection (one epoch). Replaced whole by reconnect().

@@ -2,8 +2,10 @@
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <string>
@@ -26,9 +28,18 @@ Waiter::Waiter(std::initializer_list<int> fds) {
     close(epoll_);
     throw SetupError(failure("eventfd", err));
   }
+  timer_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+  if (timer_ < 0) {
+    const int err = errno;
+    close(event_);
+    close(epoll_);
+    throw SetupError(failure("timerfd_create", err));
+  }
   Result<void> ok = watch(event_);
+  if (ok) ok = watch(timer_);
   for (auto it = fds.begin(); ok && it != fds.end(); ++it) ok = watch(*it);
   if (!ok) {
+    close(timer_);
     close(event_);
     close(epoll_);
     throw SetupError(ok.error());
@@ -36,6 +47,7 @@ Waiter::Waiter(std::initializer_list<int> fds) {
 }
 
 Waiter::~Waiter() {
+  close(timer_);
   close(event_);
   close(epoll_);
 }
@@ -66,6 +78,20 @@ void Waiter::wake() const noexcept {
 bool Waiter::take_wake() const noexcept {
   std::uint64_t count = 0;
   return read(event_, &count, sizeof count) == static_cast<ssize_t>(sizeof count) && count > 0;
+}
+
+Result<void> Waiter::wake_at(std::optional<std::chrono::steady_clock::time_point> at) const {
+  // Setting the timer, even to nothing, also clears an expiry not yet read: fd() is readable for
+  // this time only. A time already past expires at once.
+  itimerspec spec{};
+  if (at) {
+    const std::int64_t ns =
+        std::max<std::int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(at->time_since_epoch()).count(), 1);
+    spec.it_value.tv_sec = ns / 1'000'000'000;
+    spec.it_value.tv_nsec = ns % 1'000'000'000;
+  }
+  if (timerfd_settime(timer_, TFD_TIMER_ABSTIME, &spec, nullptr) != 0) return failure("timerfd_settime", errno);
+  return success();
 }
 
 Watched::Watched(const Waiter& waiter, int fd) : waiter_(&waiter), fd_(fd) {

@@ -94,7 +94,16 @@ class ConsumerCore {
 
   // The next record, now being consumed; nullopt when none is published (or, in tail mode, the
   // next one is not yet valid). Errors: protocol_violation.
+  // Tail mode: a record that failed its checks is read again only when recheck_at() has come or
+  // the tail moved, so waiting out the grace costs a few reads, not one per poll.
   Result<std::optional<DeliveredRecord>> next(Clock::time_point now);
+  // Tail mode: while the record at the read head fails its checks and the tail has not moved
+  // since, when to read it again (protocol-spec/wakeup.md O7): its first failure plus the time
+  // since, at least kRecheckMin, at most kRecheckMax, never past the grace's end. An owner may
+  // sleep until then; nullopt otherwise.
+  std::optional<Clock::time_point> recheck_at() const noexcept;
+  static constexpr std::chrono::microseconds kRecheckMin{20};
+  static constexpr std::chrono::milliseconds kRecheckMax{50};
   // Releases every delivered record up to `end` (a DeliveredRecord::end). Errors:
   // invalid_argument when `end` is not the end of a record delivered since the last release.
   Result<void> release(std::uint64_t end);
@@ -150,7 +159,11 @@ class ConsumerCore {
   bool doorbell_written_;
   std::optional<std::uint64_t> doorbell_wr_;  // the write that set the flag, until it completes
   std::array<std::byte, wire::kTailRecordSize> last_tail_{};  // polled often, decoded when it changes
+  // Tail mode: since when the record at the head fails its checks, when to look again, and the
+  // publish mark then (a tail that moves is looked at at once).
   std::optional<Clock::time_point> invalid_since_;
+  Clock::time_point recheck_at_{};
+  std::uint64_t invalid_published_ = 0;
   std::optional<Error> failure_;
   ConsumerCounters counters_;
 };

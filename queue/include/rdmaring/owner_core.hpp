@@ -212,6 +212,11 @@ class OwnerCore {
   // Whether take_deliveries needs the clock: some session has unread records or moved its
   // publish mark since the last call (an idle owner reads no clock).
   bool wants_clock() const noexcept;
+  // Whether a poll at `now` has work: as wants_clock(), less the sessions whose next record
+  // fails its checks and is not due for its re-read yet (wakeup.md O7). An owner about to sleep
+  // asks this, and sleeps no later than next_recheck().
+  bool work_due(Clock::time_point now) const noexcept;
+  std::optional<Clock::time_point> next_recheck() const noexcept;
   // Appends up to `max` records to `out`, sessions taken in turn (deficit round robin by ring
   // space), records in order within each. They are being consumed until finish_deliveries.
   void take_deliveries(std::size_t max, Clock::time_point now, std::vector<TakenRecord>& out);
@@ -225,6 +230,11 @@ class OwnerCore {
   // The owner may sleep at once: each write that sets a flag is signaled, and its completion
   // wakes the owner for the re-check that makes the sleep safe (protocol-spec/wakeup.md).
   void prepare_sleep() noexcept;
+  // Whether a doorbell came since the last prepare_sleep(). It cleared its session's flag (O2),
+  // and the clear goes out with the next credits: an owner that slept now would have told that
+  // producer to stop ringing, and a publish it then makes would wake nobody. So the owner does
+  // not sleep; the next try sets the flag again (wakeup.md §3.1 step 4).
+  bool doorbell_since_prepare() const noexcept { return doorbells_ != doorbells_at_prepare_; }
 
   // Sessions ended since the last call: the adapter tears down their QPs and rings.
   std::vector<ClosedSession> take_closed();
@@ -282,6 +292,8 @@ class OwnerCore {
   std::vector<SessionId> turn_scratch_;
   std::vector<std::pair<SessionId, bool>> mark_scratch_;
   std::uint64_t changes_ = 0;
+  std::uint64_t doorbells_ = 0;  // mode tail: doorbells taken, all sessions
+  std::uint64_t doorbells_at_prepare_ = 0;
   mutable std::uint64_t clock_checked_ = ~std::uint64_t{0};  // changes_ when wants_clock() last looked
   mutable bool clock_wanted_ = false;
   std::uint64_t credits_checked_ = ~std::uint64_t{0};  // changes_ when take_credits() last looked

@@ -29,6 +29,10 @@ struct WriteTarget {
   RingKeys remote;
 };
 
+// The wr_id of every receive WR, on both sides: an error completion (whose opcode is undefined)
+// is still told apart from a send's, whose id is a slot number or a credit write's, far below.
+inline constexpr std::uint64_t kRecvWrId = ~std::uint64_t{0};
+
 // Posts `wrs` as one chain. Errors: as QueuePair::post_send.
 Result<void> post_chain(verbs::QueuePair& qp, std::span<const WorkRequest> wrs, const WriteTarget& target);
 

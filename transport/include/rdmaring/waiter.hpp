@@ -1,10 +1,11 @@
 // Waiter: sleeping until one of several descriptors is readable or another thread calls wake().
-// One epoll descriptor over the descriptors watched plus an eventfd of its own, so that an
-// application can put the single fd() into its own event loop (epoll nests).
+// One epoll descriptor over the descriptors watched plus an eventfd and a timerfd of its own, so
+// that an application can put the single fd() into its own event loop (epoll nests).
 #pragma once
 
 #include <chrono>
 #include <initializer_list>
+#include <optional>
 
 #include "rdmaring/error.hpp"
 
@@ -34,10 +35,15 @@ class Waiter {
   // Takes back the wake()s so far; whether there was one. A caller about to sleep takes them
   // first and does not sleep when there was one: a wake() is never lost, whenever it came.
   bool take_wake() const noexcept;
+  // Makes fd() readable from `at` on (steady_clock: CLOCK_MONOTONIC) until the next call, which
+  // replaces it; nullopt: no such time. For a sleeper that must look again at a known time.
+  // Errors: system_failure with the errno of timerfd_settime.
+  Result<void> wake_at(std::optional<std::chrono::steady_clock::time_point> at) const;
 
  private:
   int epoll_ = -1;
   int event_ = -1;
+  int timer_ = -1;
 };
 
 // A descriptor in a Waiter's set for as long as this lives: declared after the object that owns
