@@ -213,7 +213,7 @@ Result<bool> Producer::wait(std::chrono::milliseconds timeout) {
   if (!sleep) return true;
   BOOST_OUTCOME_TRY(woke, c_->waiter.wait(timeout));
   if (woke) {
-    BOOST_OUTCOME_TRYV(c_->data->check_link(*c_->core));
+    BOOST_OUTCOME_TRYV(c_->data->take_ready(*c_->core));
   }
   return woke;
 }

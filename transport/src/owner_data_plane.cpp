@@ -342,7 +342,10 @@ Result<bool> OwnerDataPlane::arm() {
       BOOST_OUTCOME_TRY(again, work_waiting(notices));
       if (again || core_.doorbell_since_prepare()) return false;
       // A record that fails its checks is looked at again at its time: the sleep ends then.
-      BOOST_OUTCOME_TRYV(waiter_->wake_at(core_.next_recheck()));
+      if (const auto at = core_.next_recheck(); at != wake_at_) {
+        BOOST_OUTCOME_TRYV(waiter_->wake_at(at));
+        wake_at_ = at;
+      }
       ++counters_.sleeps;
       return true;
     }();

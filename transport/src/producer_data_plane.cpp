@@ -196,12 +196,25 @@ Result<std::size_t> ProducerDataPlane::poll(ProducerCore& core) {
 // refused, say), or the QP went fatal with nothing posted. A producer that waits for credit,
 // posting nothing, would never see an error completion.
 Result<void> ProducerDataPlane::check_link(ProducerCore& core) {
+  BOOST_OUTCOME_TRYV(take_cm_event(core));
+  return take_async_events(core, current().qp->qp_num());
+}
+
+Result<void> ProducerDataPlane::take_ready(ProducerCore& core) {
+  if (waiter_->was_ready(current().channel.get()->fd)) {
+    BOOST_OUTCOME_TRYV(take_cm_event(core));
+  }
+  if (waiter_->was_ready(async_->fd()) || async_->pending()) return take_async_events(core, current().qp->qp_num());
+  return success();
+}
+
+Result<void> ProducerDataPlane::take_cm_event(ProducerCore& core) {
   if (auto event = current().channel.next(std::chrono::milliseconds(0)))
     core.on_post_error(make_error(errc::completion_error, current().id.describe() + ": " + event.value().name() +
                                                               " from the owner: the connection is gone"));
   else if (event.error() != errc::timed_out)
     return event.error();
-  return take_async_events(core, current().qp->qp_num());
+  return success();
 }
 
 Result<void> ProducerDataPlane::take_async_events(ProducerCore& core, std::uint32_t qp_num) {
@@ -223,8 +236,10 @@ Result<bool> ProducerDataPlane::arm(ProducerCore& core) {
   if (std::exchange(armed_, false)) {
     BOOST_OUTCOME_TRYV(cq_channel_->take_events());
   }
-  // Level-triggered: an event left on either descriptor would end every sleep at once.
-  BOOST_OUTCOME_TRYV(check_link(core));
+  // Level-triggered: an event left on either descriptor would end every sleep at once. One look
+  // says which has one, instead of a read of each.
+  BOOST_OUTCOME_TRYV(waiter_->look());
+  BOOST_OUTCOME_TRYV(take_ready(core));
   BOOST_OUTCOME_TRY(before, poll(core));
   if (before > 0 || core.failure()) return false;
   BOOST_OUTCOME_TRYV(cq_->arm());

@@ -63,9 +63,28 @@ Result<void> Waiter::watch(int fd) const {
 void Waiter::unwatch(int fd) const noexcept { (void)epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr); }
 
 Result<bool> Waiter::wait(std::chrono::milliseconds timeout) const {
-  epoll_event ev{};
-  const int n = epoll_wait(epoll_, &ev, 1, timeout.count() < 0 ? -1 : static_cast<int>(timeout.count()));
-  if (n < 0 && errno != EINTR) return failure("epoll_wait", errno);
+  return collect(timeout.count() < 0 ? -1 : static_cast<int>(timeout.count()));
+}
+
+Result<void> Waiter::look() const {
+  BOOST_OUTCOME_TRYV(collect(0));
+  return success();
+}
+
+bool Waiter::was_ready(int fd) const noexcept {
+  return std::find(ready_.begin(), ready_.begin() + static_cast<std::ptrdiff_t>(ready_count_), fd) !=
+         ready_.begin() + static_cast<std::ptrdiff_t>(ready_count_);
+}
+
+Result<bool> Waiter::collect(int timeout_ms) const {
+  std::array<epoll_event, kMaxReady> ev{};
+  const int n = epoll_wait(epoll_, ev.data(), static_cast<int>(ev.size()), timeout_ms);
+  ready_count_ = 0;
+  if (n < 0) {
+    if (errno != EINTR) return failure("epoll_wait", errno);
+    return true;  // a signal: the caller looks again
+  }
+  for (int i = 0; i < n; ++i) ready_[ready_count_++] = ev[static_cast<std::size_t>(i)].data.fd;
   return n != 0;
 }
 

@@ -190,6 +190,9 @@ class OwnerDataPlane {
   std::optional<verbs::AsyncEvents> async_;
   std::optional<Waiter> waiter_;
   bool armed_ = false;
+  // The waiter's timer as last set (wakeup.md O7): set again only when it changes, so a sleep
+  // with no failing record costs no system call for it.
+  std::optional<Clock::time_point> wake_at_;
   std::vector<ibv_recv_wr> recv_chain_;
   std::uint32_t recv_owed_ = 0;  // receives consumed, not yet re-posted
 

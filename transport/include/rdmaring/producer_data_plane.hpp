@@ -88,7 +88,8 @@ class ProducerDataPlane {
   // Returns how many events it took (completions, a changed credit record). Errors:
   // verbs_failure of the CQ or the async event queue.
   Result<std::size_t> poll(ProducerCore& core);
-  // Before sleeping: takes the link's rdma_cm and async events, polls, arms the CQ, polls again.
+  // Before sleeping: looks at the waiter's descriptors and takes the link's rdma_cm and async
+  // events that are ready, polls, arms the CQ, polls again.
   // false: an event was there (act on the core's state instead of sleeping); true: the waiter
   // becomes readable at the next completion (a signaled send's, or a receive: credit the owner
   // wrote with an immediate, because it answers a request or sets the doorbell flag), rdma_cm
@@ -96,9 +97,12 @@ class ProducerDataPlane {
   // awake: the completion that frees them ends the sleep. Errors: poll()'s, verbs_failure of the
   // arming.
   Result<bool> arm(ProducerCore& core);
-  // The link's rdma_cm and async events, into the core (poll() looks only every so many calls):
-  // after a sleep, whatever ended it is seen by the next progress(). Errors: verbs_failure.
-  Result<void> check_link(ProducerCore& core);
+  // The link's rdma_cm and async events that the waiter's last wait() or look() found ready (and
+  // async events another reader of the device context queued for this one), into the core:
+  // after a sleep, whatever ended it is seen by the next progress(), and no descriptor with
+  // nothing on it is read (a wake-up costs the system calls raw verbs' does, and one look).
+  // Errors: verbs_failure.
+  Result<void> take_ready(ProducerCore& core);
   // The QPs go (detach: the owner already tore its side down).
   void disconnect() noexcept;
 
@@ -115,6 +119,8 @@ class ProducerDataPlane {
   void connect(Link& l, const ProducerEpoch& e);
   Link& current() noexcept;
   Result<void> post_receives(std::uint32_t n);
+  Result<void> check_link(ProducerCore& core);
+  Result<void> take_cm_event(ProducerCore& core);
   Result<void> take_async_events(ProducerCore& core, std::uint32_t qp_num);
   void read_credit(ProducerCore& core) const;
 

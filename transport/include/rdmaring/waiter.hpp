@@ -3,7 +3,9 @@
 // that an application can put the single fd() into its own event loop (epoll nests).
 #pragma once
 
+#include <array>
 #include <chrono>
+#include <cstddef>
 #include <initializer_list>
 #include <optional>
 
@@ -28,8 +30,16 @@ class Waiter {
   // Readable while a watched descriptor is, or a wake() is not yet cleared.
   int fd() const noexcept { return epoll_; }
   // Sleeps until fd() is readable or `timeout` passes (negative: no limit). true: readable.
+  // Remembers which descriptors it found readable (was_ready()).
   // Errors: system_failure with the errno of epoll_wait (EINTR is a wake-up: true).
   Result<bool> wait(std::chrono::milliseconds timeout) const;
+  // Looks, without sleeping, which descriptors are readable now, for was_ready(): one system
+  // call, where reading each descriptor in case it has something would take one apiece.
+  // Errors: as wait()'s.
+  Result<void> look() const;
+  // Whether `fd` was readable at the last wait() or look(). A descriptor that became readable
+  // since is not lost: it ends the next wait() at once.
+  bool was_ready(int fd) const noexcept;
   // From any thread: makes fd() readable until take_wake(). One write(2); never blocks.
   void wake() const noexcept;
   // Takes back the wake()s so far; whether there was one. A caller about to sleep takes them
@@ -41,9 +51,16 @@ class Waiter {
   Result<void> wake_at(std::optional<std::chrono::steady_clock::time_point> at) const;
 
  private:
+  Result<bool> collect(int timeout_ms) const;
+
   int epoll_ = -1;
   int event_ = -1;
   int timer_ = -1;
+  // What the last wait() or look() found readable: of the few descriptors a waiter watches (a
+  // CQ's channel, an rdma_cm channel, an async descriptor, its eventfd and timer), all fit.
+  static constexpr std::size_t kMaxReady = 8;
+  mutable std::array<int, kMaxReady> ready_{};
+  mutable std::size_t ready_count_ = 0;
 };
 
 // A descriptor in a Waiter's set for as long as this lives: declared after the object that owns
