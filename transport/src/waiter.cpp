@@ -72,8 +72,8 @@ Result<void> Waiter::look() const {
 }
 
 bool Waiter::was_ready(int fd) const noexcept {
-  return std::find(ready_.begin(), ready_.begin() + static_cast<std::ptrdiff_t>(ready_count_), fd) !=
-         ready_.begin() + static_cast<std::ptrdiff_t>(ready_count_);
+  const auto end = ready_.begin() + static_cast<std::ptrdiff_t>(ready_count_);
+  return std::find(ready_.begin(), end, fd) != end;
 }
 
 Result<bool> Waiter::collect(int timeout_ms) const {
