@@ -177,7 +177,7 @@ class Stream {
   // full (a publish asking for credit went out).
   bool send(std::span<const std::byte> payload) {
     for (int attempt = 0; attempt < 2; ++attempt) {
-      const auto now = Clock::now();
+      const auto now = time_for_send(*core_);
       auto r = core_->send(payload, now);
       if (r) {
         post_due(false, now);

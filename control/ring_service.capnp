@@ -57,13 +57,13 @@ struct RingGrant {
   nextSequence @13 :UInt64;   # the sequence of the record at position
   dataPort @14 :UInt16;
   leaseMillis @15 :UInt32;    # 0: no lease
-  payloadCheck @16 :PayloadCheck;  # whether records carry and are checked by payload_crc
+  payloadCheck @16 :PayloadCheck;  # whether a data record's check covers its payload
   recvBudget @17 :UInt32;     # mode imm: this session's share of the owner's shared receives
 }
 
 enum PayloadCheck {
-  crc32c @0;  # payload_crc = CRC-32C of the payload, checked by the owner (the default)
-  none @1;    # payload_crc = 0, not checked: the publish event and RC's ICRC are trusted
+  crc32c @0;  # the record's check covers header and payload, checked by the owner (the default)
+  none @1;    # the check covers the header alone: the publish event and RC's ICRC are trusted
 }
 
 struct Refusal {

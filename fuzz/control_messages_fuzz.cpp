@@ -18,7 +18,7 @@
 // every field. kj::Exception is the expected outcome for malformed input and is caught per view;
 // anything else (a sanitizer report, a crash, an invariant below) is a finding:
 //   - a grant read() accepts has a power-of-two ring within the wire limits that fits max_record,
-//     epoch != 0, released <= position, position - released <= ring_bytes, both 64-aligned,
+//     epoch != 0, released <= position, position - released <= ring_bytes, both kRecordAlign-aligned,
 //     data_port != 0, a tail MR in tail mode, no relaxed ordering in tail mode, the secret (when
 //     asked for) equal to the 32 bytes sent, every other field as sent; and it survives
 //     write() + read() unchanged;

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <vector>
 
-#include "rdmaring/checksum.hpp"
 #include "rdmaring/consumer_core.hpp"
 
 using namespace rdmaring;
@@ -27,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::uint64_t mark;
     std::memcpy(&mark, data + at, 8);
     std::array<std::byte, wire::kTailRecordSize> tail{};
-    wire::encode(wire::TailRecord{1, mark & ((kRing * 4) - 64), 0, static_cast<std::uint32_t>(mark >> 60)}, tail);
+    wire::encode(wire::TailRecord{1, mark & ((kRing * 4) - wire::kRecordAlign), 0, static_cast<std::uint32_t>(mark >> 60)}, tail);
     if (!core.on_tail(tail)) return 0;
     for (int i = 0; i < 64; ++i) {
       auto r = core.next(Clock::now() + std::chrono::hours(1));
@@ -36,10 +35,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (rec.payload.data() < ring.data() + wire::kRecordHeaderSize ||
           rec.payload.data() + rec.payload.size() > ring.data() + ring.size())
         __builtin_trap();
-      // Delivered means checked: the header before it holds this payload's length and CRC.
-      const auto h = wire::decode_record_header(
-          std::span<const std::byte, wire::kRecordHeaderSize>(rec.payload.data() - wire::kRecordHeaderSize, wire::kRecordHeaderSize));
-      if (!h || h->payload_len != rec.payload.size() || (!unchecked && h->payload_crc != crc32c(rec.payload)) ||
+      // Delivered means checked: the header before it holds this payload's length, and its check
+      // covers the payload unless the ring checks none.
+      const std::span<const std::byte, wire::kRecordHeaderSize> header(rec.payload.data() - wire::kRecordHeaderSize,
+                                                                      wire::kRecordHeaderSize);
+      const auto h = wire::decode_record_header(header);
+      if (!h || h->payload_len != rec.payload.size() ||
+          !wire::record_check_matches(header, unchecked ? std::span<const std::byte>{} : rec.payload) ||
           h->sequence != rec.sequence)
         __builtin_trap();
       if (!core.release(rec.end)) __builtin_trap();

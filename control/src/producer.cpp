@@ -144,11 +144,12 @@ Result<bool> Producer::progress_for_space() {
 }
 
 Result<void> Producer::send(std::span<const std::byte> payload) {
-  const auto now = Clock::now();
-  auto r = c_->core->send(payload, now);
+  ProducerCore& core = *c_->core;
+  auto now = time_for_send(core);
+  auto r = core.send(payload, now);
   if (!r && r.error() == errc::would_block) {
     BOOST_OUTCOME_TRY(moved, progress_for_space());
-    if (moved) r = c_->core->send(payload, now);
+    if (moved) r = core.send(payload, now = time_for_send(core));
   }
   if (!r) return r;
   // The record is accepted: a failed post breaks the connection (reported by the next call),
@@ -221,19 +222,20 @@ Result<bool> Producer::wait(std::chrono::milliseconds timeout) {
 int Producer::fd() const { return c_->waiter.fd(); }
 
 Result<std::span<std::byte>> Producer::claim(std::uint32_t len) {
-  c_->claimed_at = Clock::now();
-  auto r = c_->core->claim(len, c_->claimed_at);
+  ProducerCore& core = *c_->core;
+  c_->claimed_at = time_for_send(core);
+  auto r = core.claim(len, c_->claimed_at);
   if (!r && r.error() == errc::would_block) {
     BOOST_OUTCOME_TRY(moved, progress_for_space());
-    if (moved) r = c_->core->claim(len, c_->claimed_at);
+    if (moved) r = core.claim(len, c_->claimed_at = time_for_send(core));
   }
   return r;
 }
 
 Result<void> Producer::commit(std::optional<std::uint32_t> len) {
   BOOST_OUTCOME_TRYV(c_->core->commit(len));
-  // The claim's clock reading serves: the record's age counts from it anyway, and under
-  // emulation a clock read costs as much as the rest of a small record's commit.
+  // The claim's clock reading serves (or its absence, where the core did not want one): the
+  // record's age counts from it anyway.
   (void)post_due(false, c_->claimed_at);  // as in send(): the record is committed whatever the post does
   return success();
 }

@@ -120,8 +120,8 @@ class Store {
   std::uint64_t stored_ = count_events();
 };
 
-// The record as Cap'n Proto words, where it lies in the ring. Records start 64-byte aligned in
-// a page-aligned ring and their 24-byte header keeps the payload 8-byte aligned
+// The record as Cap'n Proto words, where it lies in the ring. Records start 16-byte aligned in
+// a page-aligned ring and their 16-byte header keeps the payload 16-byte aligned
 // (protocol-spec/wire-formats.md §2), and the producer commits whole words: a payload that is
 // not is no event of this pipeline.
 kj::ArrayPtr<const capnp::word> words_of(const rdmaring::Delivery& d) {

@@ -173,7 +173,7 @@ class EventSink {
     if (!claimed) return std::move(claimed).error();
     const std::span<std::byte> record = claimed.value();
     std::memset(record.data(), 0, record.size());  // staging holds older records; the builder wants zeroes
-    // Staging is page-aligned, records 64-byte aligned, their header 24 bytes: the span is whole
+    // Staging is page-aligned, records and their 16-byte header 16-byte aligned: the span is whole
     // words (protocol-spec/wire-formats.md §2). Word 0 is kept for the segment table.
     kj::ArrayPtr<capnp::word> words(reinterpret_cast<capnp::word*>(record.data()), record.size() / sizeof(capnp::word));
     ClaimBuilder message(words.slice(1, words.size()));

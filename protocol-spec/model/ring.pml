@@ -9,7 +9,7 @@
  *   RELAXED       1 = the ring MR has relaxed ordering: the fabric may place payload WRITEs late,
  *                 in any order, after later WRITEs of the QP (the tail MR never has it)
  *   CHECK         1 = the consumer checks the record at head (exact expected sequence, standing
- *                 for header CRC, kind, length, payload CRC and sequence: wire-formats.md §2.4);
+ *                 for kind, length, check and sequence: wire-formats.md §2.4);
  *                 0 = it trusts the publish mark, as naive implementations do
  *   NOTREADY_OK   0 = assert that a record below the mark never fails its check (what mode imm's
  *                 completion, or mode tail's in-order placement, promises); 1 = it may fail, and

@@ -44,7 +44,7 @@ std::uint32_t byte_step(std::uint32_t crc, std::byte b) noexcept {
 }
 
 #if defined(__x86_64__)
-using Impl = std::uint32_t (*)(std::span<const std::byte>) noexcept;
+using Impl = std::uint32_t (*)(std::span<const std::byte>, std::uint32_t) noexcept;
 
 Impl choose() noexcept {
   // Dispatch may first run from another translation unit's static constructor, before
@@ -61,8 +61,8 @@ Impl choose() noexcept {
 
 namespace detail {
 
-std::uint32_t crc32c_portable(std::span<const std::byte> bytes) noexcept {
-  std::uint32_t crc = 0xFFFFFFFF;
+std::uint32_t crc32c_portable(std::span<const std::byte> bytes, std::uint32_t prior) noexcept {
+  std::uint32_t crc = prior ^ 0xFFFFFFFF;
   const std::byte* p = bytes.data();
   std::size_t n = bytes.size();
   for (; n >= 8; n -= 8, p += 8) {
@@ -91,8 +91,8 @@ __attribute__((target("sse4.2"))) void crc_tail_step(std::uint32_t& c, const std
 
 // The target attribute, not -msse4.2, keeps the rest of the build runnable on CPUs
 // without SSE4.2 (the test guest's qemu64); choose() sends calls here only where it exists.
-__attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(std::span<const std::byte> bytes) noexcept {
-  std::uint64_t crc = 0xFFFFFFFF;
+__attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(std::span<const std::byte> bytes, std::uint32_t prior) noexcept {
+  std::uint64_t crc = prior ^ 0xFFFFFFFF;
   const std::byte* p = bytes.data();
   std::size_t n = bytes.size();
   for (; n >= 8; n -= 8, p += 8) {
@@ -113,14 +113,14 @@ __attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(std::span<const std
 // headers and small records stay on the instruction chain.
 constexpr std::size_t kFoldFrom = 256;
 
-std::uint32_t crc32c_folded(std::span<const std::byte> bytes) noexcept {
-  if (bytes.size() < kFoldFrom) return crc32c_sse42(bytes);
+std::uint32_t crc32c_folded(std::span<const std::byte> bytes, std::uint32_t prior) noexcept {
+  if (bytes.size() < kFoldFrom) return crc32c_sse42(bytes, prior);
   // ISA-L takes the running CRC and returns it without the final inversion; its length is an
   // int, so a span past 2 GiB goes in pieces. (It only reads the buffer its signature takes
   // as mutable.)
   constexpr std::size_t kPiece = std::size_t{1} << 30;
   auto* p = const_cast<unsigned char*>(reinterpret_cast<const unsigned char*>(bytes.data()));
-  unsigned int crc = 0xFFFFFFFF;
+  unsigned int crc = prior ^ 0xFFFFFFFF;
   for (std::size_t left = bytes.size(); left > 0;) {
     const std::size_t n = std::min(left, kPiece);
     crc = crc32_iscsi(p, static_cast<int>(n), crc);
@@ -133,12 +133,12 @@ std::uint32_t crc32c_folded(std::span<const std::byte> bytes) noexcept {
 
 }  // namespace detail
 
-std::uint32_t crc32c(std::span<const std::byte> bytes) noexcept {
+std::uint32_t crc32c(std::span<const std::byte> bytes, std::uint32_t prior) noexcept {
 #if defined(__x86_64__)
   static const Impl impl = choose();
-  return impl(bytes);
+  return impl(bytes, prior);
 #else
-  return detail::crc32c_portable(bytes);
+  return detail::crc32c_portable(bytes, prior);
 #endif
 }
 

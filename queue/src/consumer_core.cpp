@@ -118,8 +118,8 @@ Result<std::optional<DeliveredRecord>> ConsumerCore::next(Clock::time_point now)
     const bool valid = (r.status == RecordView::Status::data || r.status == RecordView::Status::padding) &&
                        r.sequence == next_sequence_;
     if (!valid) {
-      const std::string what = "record at " + std::to_string(head_) + " (status " +
-                               std::to_string(static_cast<int>(r.status)) + ", sequence " + std::to_string(r.sequence) +
+      const std::string what = "record at " + std::to_string(head_) + " (" + to_string(r.status) + ", sequence " +
+                               std::to_string(r.sequence) +
                                ", expected " + std::to_string(next_sequence_) + ") below the publish mark " +
                                std::to_string(published_);
       if (mode_ == wire::PublishMode::imm) return violation(what);
@@ -165,9 +165,12 @@ std::optional<Clock::time_point> ConsumerCore::recheck_at() const noexcept {
 Result<void> ConsumerCore::release(std::uint64_t end) {
   // A partial release must end where a delivered record ends: a record header starts there.
   // Anything else would hand the producer bytes the application may still be reading.
-  const bool boundary = end == delivered_ || (end % wire::kRecordAlign == 0 && end < delivered_ &&
-                                              wire::decode_record_header(ring_.subspan(geometry_.offset(end))
-                                                                             .first<wire::kRecordHeaderSize>()));
+  const bool boundary = [&] {
+    if (end == delivered_) return true;
+    if (end % wire::kRecordAlign != 0 || end > delivered_) return false;
+    const auto r = read_record(ring_, geometry_, end, delivered_, config_.payload_check);
+    return r.status == RecordView::Status::data || r.status == RecordView::Status::padding;
+  }();
   if (end <= released_ || end > delivered_ || !boundary)
     return make_error(errc::invalid_argument, "release(" + std::to_string(end) + ") is not the end of a record delivered in (" +
                                                   std::to_string(released_) + ", " + std::to_string(delivered_) + "]");

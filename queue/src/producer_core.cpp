@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "rdmaring/checksum.hpp"
+#include "rdmaring/record_reader.hpp"
 
 namespace rdmaring {
 
@@ -46,8 +46,8 @@ void ProducerCore::mark_committed(std::uint64_t bytes, Clock::time_point now) {
 void ProducerCore::append_padding(std::uint64_t next_sequence) {
   const std::uint64_t pad = peer_.geometry.to_end(committed_);
   wire::encode(wire::RecordHeader{static_cast<std::uint32_t>(pad - wire::kRecordHeaderSize), wire::RecordKind::padding,
-                                  next_sequence, 0},
-               header_at(committed_));
+                                  next_sequence},
+               {}, header_at(committed_));
   ++counters_.padding_records;
 }
 
@@ -88,8 +88,9 @@ Result<void> ProducerCore::commit(std::optional<std::uint32_t> len) {
     return make_error(errc::record_too_large,
                       "commit(" + std::to_string(n) + ") exceeds the claim of " + std::to_string(claim_->len) + " B");
   const auto payload = staging_.subspan(peer_.geometry.offset(claim_->at) + wire::kRecordHeaderSize, n);
-  const std::uint32_t crc = peer_.payload_check == wire::PayloadCheck::crc32c ? crc32c(payload) : 0;
-  wire::encode(wire::RecordHeader{n, wire::RecordKind::data, next_sequence_, crc}, header_at(claim_->at));
+  wire::encode(wire::RecordHeader{n, wire::RecordKind::data, next_sequence_},
+               peer_.payload_check == wire::PayloadCheck::crc32c ? payload : std::span<const std::byte>{},
+               header_at(claim_->at));
   ++next_sequence_;
   ++counters_.records;
   counters_.payload_bytes += n;
@@ -182,12 +183,14 @@ Result<void> ProducerCore::resume(const ResumePoint& at) {
     return make_error(errc::stale_epoch, "resume to epoch " + std::to_string(at.epoch) + " from epoch " + std::to_string(epoch_));
   const std::string where = "resume at position " + std::to_string(at.position) + " sequence " +
                             std::to_string(at.next_sequence);
-  if (at.released > at.position || at.position < released_ || at.position > published_)
+  if (at.released > at.position || at.position < released_ || at.position > published_ || at.position % wire::kRecordAlign != 0)
     return make_error(errc::protocol_violation, where + ": outside what this producer published (" +
                                                     std::to_string(released_) + ", " + std::to_string(published_) + "]");
   if (at.position < committed_) {
-    const auto h = wire::decode_record_header(header_at(at.position));
-    if (!h || h->sequence != at.next_sequence)
+    // Checked as the consumer would read it, so a position inside a record is refused.
+    const RecordView r = read_record(staging_, peer_.geometry, at.position, committed_, peer_.payload_check);
+    if ((r.status != RecordView::Status::data && r.status != RecordView::Status::padding) ||
+        r.sequence != at.next_sequence)
       return make_error(errc::protocol_violation, where + ": no record of that sequence starts there in staging");
   } else if (next_sequence_ != at.next_sequence) {
     return make_error(errc::protocol_violation, where + ": this producer's next sequence is " + std::to_string(next_sequence_));

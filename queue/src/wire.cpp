@@ -35,24 +35,32 @@ bool sealed(std::span<const std::byte, N> in) noexcept {
 
 }  // namespace
 
-void encode(const RecordHeader& h, std::span<std::byte, kRecordHeaderSize> out) noexcept {
-  put(out, 0, h.payload_len);
-  put(out, 4, static_cast<std::uint16_t>(h.kind));
-  put(out, 6, std::uint16_t{0});
-  put(out, 8, h.sequence);
-  put(out, 16, h.payload_crc);
-  put(out, 20, crc32c(out.first(20)));
+namespace {
+
+std::uint32_t record_check(std::span<const std::byte, kRecordHeaderSize> header, std::span<const std::byte> covered) noexcept {
+  // A ring without a payload check covers nothing: one CRC call per record, not two.
+  const std::uint32_t check = crc32c(header.first<12>());
+  return covered.empty() ? check : crc32c(covered, check);
+}
+
+}  // namespace
+
+void encode(const RecordHeader& h, std::span<const std::byte> covered, std::span<std::byte, kRecordHeaderSize> out) noexcept {
+  put(out, 0, (h.payload_len & kRecordLenMask) | std::uint32_t{static_cast<std::uint8_t>(h.kind)} << kRecordKindShift);
+  put(out, 4, h.sequence);
+  put(out, 12, record_check(out, covered));
 }
 
 std::optional<RecordHeader> decode_record_header(std::span<const std::byte, kRecordHeaderSize> in) noexcept {
-  if (get<std::uint32_t>(in, 20) != crc32c(in.first(20))) return std::nullopt;
-  const auto kind = get<std::uint16_t>(in, 4);
-  if (kind != static_cast<std::uint16_t>(RecordKind::data) &&
-      kind != static_cast<std::uint16_t>(RecordKind::padding))
+  const auto word = get<std::uint32_t>(in, 0);
+  const auto kind = static_cast<std::uint8_t>(word >> kRecordKindShift);
+  if (kind != static_cast<std::uint8_t>(RecordKind::data) && kind != static_cast<std::uint8_t>(RecordKind::padding))
     return std::nullopt;
-  if (get<std::uint16_t>(in, 6) != 0) return std::nullopt;
-  return RecordHeader{get<std::uint32_t>(in, 0), static_cast<RecordKind>(kind), get<std::uint64_t>(in, 8),
-                      get<std::uint32_t>(in, 16)};
+  return RecordHeader{word & kRecordLenMask, static_cast<RecordKind>(kind), get<std::uint64_t>(in, 4)};
+}
+
+bool record_check_matches(std::span<const std::byte, kRecordHeaderSize> header, std::span<const std::byte> covered) noexcept {
+  return get<std::uint32_t>(header, 12) == record_check(header, covered);
 }
 
 std::uint32_t encode(const Immediate& imm) noexcept {

@@ -668,15 +668,18 @@ class LoopbackFabric {
     established();
   }
 
+  // A WRITE is placed in pieces of a cache line, in any order under relaxed ordering: records
+  // are smaller than that since v5 (16-byte alignment), so a piece may hold parts of several.
+  static constexpr std::uint64_t kPlacementUnit = 64;
   static std::size_t chunks(const WorkRequest& wr) {
     if (wr.kind == WorkRequest::Kind::write_tail) return 0;
-    return (wr.length + wire::kRecordAlign - 1) / wire::kRecordAlign;
+    return (wr.length + kPlacementUnit - 1) / kPlacementUnit;
   }
   static std::string describe(const WorkRequest& wr, std::size_t c) {
-    const std::uint64_t at = wr.remote_offset + c * wire::kRecordAlign;
+    const std::uint64_t at = wr.remote_offset + c * kPlacementUnit;
     return std::string(wr.kind == WorkRequest::Kind::write ? "WRITE" : "WRITE_WITH_IMM") + " ring[" +
            std::to_string(at) + ", " +
-           std::to_string(std::min<std::uint64_t>(at + wire::kRecordAlign, wr.remote_offset + wr.length)) + ")";
+           std::to_string(std::min<std::uint64_t>(at + kPlacementUnit, wr.remote_offset + wr.length)) + ")";
   }
 
   void place_chunk_of(InFlight& f, std::size_t c) {
@@ -684,9 +687,9 @@ class LoopbackFabric {
     f.placed[c] = true;
     WorkRequest piece = f.wr;
     piece.kind = WorkRequest::Kind::write;
-    piece.local_offset += c * wire::kRecordAlign;
-    piece.remote_offset += c * wire::kRecordAlign;
-    piece.length = static_cast<std::uint32_t>(std::min<std::uint64_t>(wire::kRecordAlign, f.wr.length - c * wire::kRecordAlign));
+    piece.local_offset += c * kPlacementUnit;
+    piece.remote_offset += c * kPlacementUnit;
+    piece.length = static_cast<std::uint32_t>(std::min<std::uint64_t>(kPlacementUnit, f.wr.length - c * kPlacementUnit));
     if (on_place) on_place(piece);
     std::memcpy(ring_.data() + piece.remote_offset, staging_.data() + piece.local_offset, piece.length);
   }

@@ -208,8 +208,8 @@ enum class Attack { wrong_epoch_bits, mark_below_credit };
 std::uint32_t bad_immediate(Attack attack, const control::RingGrant& g) {
   const auto epoch_low = static_cast<std::uint32_t>(g.at.epoch & 7);
   if (attack == Attack::wrong_epoch_bits) return wire::encode(wire::Immediate{0, false, (epoch_low + 1) & 7});
-  // 128 B below the credit given: widened from the tail seen (the credit), it reads as almost
-  // 2^34 B ahead, more than a ring past the credit.
+  // Two units below the credit given: widened from the tail seen (the credit), it reads as
+  // almost 2^32 B ahead, more than a ring past the credit.
   const std::uint64_t mark = g.at.released - 2 * wire::kRecordAlign;
   return wire::encode(
       wire::Immediate{static_cast<std::uint32_t>((mark / wire::kRecordAlign) & wire::kImmTailMask), false, epoch_low});

@@ -62,17 +62,17 @@ class RawControl {
     return f(connections_.at(c)->service).wait(io_.waitScope);
   }
 
-  Result<control::Channel> hello(std::size_t c) {
-    return call(c, [](auto& s) {
+  Result<control::Channel> hello(std::size_t c, std::uint32_t version = wire::kVersion) {
+    return call(c, [version](auto& s) {
       auto r = s.helloRequest();
-      r.setVersion(wire::kVersion);
+      r.setVersion(version);
       return r.send().then([](auto&& reply) { return control::read(reply.getReply()); });
     });
   }
-  Result<control::RingGrant> attach(std::size_t c) {
-    return call(c, [](auto& s) {
+  Result<control::RingGrant> attach(std::size_t c, std::uint32_t version = wire::kVersion) {
+    return call(c, [version](auto& s) {
       auto r = s.attachRequest();
-      r.setVersion(wire::kVersion);
+      r.setVersion(version);
       return r.send().then([](auto&& reply) { return control::read(reply.getReply(), true); });
     });
   }

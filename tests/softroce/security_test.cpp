@@ -195,6 +195,33 @@ TEST_CASE("captured control messages replayed on another connection or twice are
   CHECK(audit.delivered() == 1000);
 }
 
+TEST_CASE("a producer of another protocol version is refused by name at hello and attach, and the owner goes on",
+          "[softroce][security]") {
+  // v4's records are 64-byte aligned behind a 24-byte header: a v4 producer admitted to a v5
+  // ring would write records the owner reads as lies. It must hear why, before any ring is cut.
+  const auto owner = RingOwner::start(owner_options(wire::PublishMode::imm));
+  RawControl raw;
+  const auto c = raw.connect(device_address(), owner->control_port(), test_pki::producer());
+  for (const std::uint32_t version : {wire::kVersion - 1, wire::kVersion + 1, 0u}) {
+    INFO("version " << version);
+    const std::string why = "producer speaks rdmaring v" + std::to_string(version) + ", this owner v" +
+                            std::to_string(wire::kVersion);
+    const auto hello = raw.hello(c, version);
+    REQUIRE_FALSE(hello);
+    CHECK(hello.error() == errc::protocol_violation);
+    CHECK_THAT(hello.error().message(), Catch::Contains(why));
+    const auto attach = raw.attach(c, version);
+    REQUIRE_FALSE(attach);
+    CHECK(attach.error() == errc::protocol_violation);
+    CHECK_THAT(attach.error().message(), Catch::Contains(why));
+  }
+  CHECK(owner->stats().sessions.attaches == 0);
+  // The same connection, at this version, is served.
+  REQUIRE(raw.hello(c));
+  REQUIRE(raw.attach(c));
+  CHECK(owner->stats().sessions.attaches == 1);
+}
+
 TEST_CASE("a restarted owner refuses a resume from below the session's durable epoch floor", "[softroce][security]") {
   DurableStore store;
   auto o = owner_options(wire::PublishMode::imm);

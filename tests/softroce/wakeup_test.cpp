@@ -203,8 +203,8 @@ TEST_CASE("an owner asleep through a tail published over bytes never written rea
   const auto connects = owner->stats().sessions.connects;
   raw.attach_and_connect();
   REQUIRE(wait_for([&] { return owner->stats().sessions.connects > connects; }, 30s));
-  // A tail one record ahead, over the 64 B of 0xEE the doorbell's own write leaves at the ring's
-  // start: no header, so never valid. The doorbell wakes the owner, which reads the tail.
+  // A tail two units ahead, over the 0xEE bytes the doorbell's own write leaves at the ring's
+  // start: no header (neither kind), so never valid. The doorbell wakes the owner, which reads the tail.
   const wire::TailRecord forged{raw.grant.at.epoch, raw.grant.at.position + 2 * wire::kRecordAlign,
                                 raw.grant.at.next_sequence + 1, 0};
   std::array<std::byte, wire::kTailRecordSize> bytes{};

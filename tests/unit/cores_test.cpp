@@ -92,8 +92,8 @@ TEST_CASE("records stream in order through a wrapping ring, tail mode", "[core]"
 }
 
 TEST_CASE("a record as large as the ring goes through behind padding", "[core]") {
-  LoopbackFabric f(wire::PublishMode::imm, 4096, 4096 - 64);
-  std::vector<std::byte> small(10, std::byte{1}), huge(4096 - 64, std::byte{2});
+  LoopbackFabric f(wire::PublishMode::imm, 4096, 4096 - wire::kRecordHeaderSize);
+  std::vector<std::byte> small(10, std::byte{1}), huge(4096 - wire::kRecordHeaderSize, std::byte{2});
   REQUIRE(f.producer->send(small, Clock::now()));
   f.flush();
   f.deliver_publishes();
@@ -171,7 +171,58 @@ TEST_CASE("coalescing: many records, one write and one publish", "[core]") {
   REQUIRE(batch);
   CHECK(batch->count == 1);
   CHECK(batch->wrs[0].kind == WorkRequest::Kind::write_with_imm);
-  CHECK(batch->wrs[0].length == 100 * 64);
+  CHECK(batch->wrs[0].length == 100 * wire::record_span(p.size()));
+}
+
+TEST_CASE("the producer wants the time at a batch's 1st, 2nd, 4th, 8th ... record, and a trickle is published "
+          "within twice its delay", "[core]") {
+  ProducerConfig pc;
+  pc.coalesce.delay = std::chrono::microseconds(50);
+  for (const auto gap : {std::chrono::microseconds(1), std::chrono::microseconds(7), std::chrono::microseconds(30)}) {
+    INFO("a record every " << gap.count() << " us");
+    LoopbackFabric f(wire::PublishMode::imm, 1 << 16, 64, pc);
+    const std::vector<std::byte> p(40);
+    const auto t0 = Clock::now();
+    std::vector<std::uint32_t> asked;  // the records of the batch at which the time was wanted
+    for (std::uint32_t n = 1;; ++n) {
+      const auto at = t0 + n * gap;
+      // What Producer::send passes: the time where it is wanted, "no time" elsewhere.
+      const bool wanted = f.producer->clock_due();
+      if (wanted) asked.push_back(n);
+      REQUIRE(f.producer->send(p, wanted ? at : Clock::time_point{}));
+      if (!f.producer->flush_due(wanted ? at : Clock::time_point{})) continue;
+      // Published no later than twice the delay after the first record, and not before the delay.
+      CHECK(at - (t0 + gap) >= pc.coalesce.delay);
+      CHECK(at - (t0 + gap) <= 2 * pc.coalesce.delay + gap);
+      break;
+    }
+    for (std::size_t i = 0; i < asked.size(); ++i) CHECK(asked[i] == 1u << i);
+  }
+  // A zero delay publishes every record: the time is wanted each time.
+  pc.coalesce.delay = Clock::duration::zero();
+  LoopbackFabric f(wire::PublishMode::imm, 1 << 16, 64, pc);
+  for (int i = 0; i < 5; ++i) {
+    CHECK(f.producer->clock_due());
+    REQUIRE(f.producer->send(std::vector<std::byte>(8), Clock::now()));
+  }
+}
+
+TEST_CASE("time_for_send reads the clock exactly where the producer wants the time", "[core]") {
+  ProducerConfig pc;
+  pc.coalesce.delay = std::chrono::seconds(10);
+  LoopbackFabric f(wire::PublishMode::imm, 1 << 16, 64, pc);
+  for (int n = 1; n <= 9; ++n) {
+    INFO("record " << n << " of the batch");
+    const auto before = Clock::now();
+    const auto t = time_for_send(*f.producer);
+    if (f.producer->clock_due()) {
+      CHECK(t >= before);
+      CHECK(t <= Clock::now());
+    } else {
+      CHECK(t == Clock::time_point{});
+    }
+    REQUIRE(f.producer->send(std::vector<std::byte>(8), t));
+  }
 }
 
 TEST_CASE("tail mode: a publish that overtakes its payload is never delivered", "[core]") {
@@ -288,7 +339,7 @@ TEST_CASE("imm mode: a corrupt record below the mark is a protocol violation", "
   CHECK(r.error() == errc::protocol_violation);
 }
 
-TEST_CASE("payload check none: payload_crc 0, the payload taken as placed", "[core]") {
+TEST_CASE("payload check none: the check covers the header alone, the payload taken as placed", "[core]") {
   ConsumerConfig unchecked;
   unchecked.payload_check = wire::PayloadCheck::none;
   for (const auto mode : {wire::PublishMode::imm, wire::PublishMode::tail}) {
@@ -296,9 +347,9 @@ TEST_CASE("payload check none: payload_crc 0, the payload taken as placed", "[co
     const auto p = payload_for(1, 100);
     REQUIRE(f.producer->send(p, Clock::now()));
     f.flush();
-    const auto header = wire::decode_record_header(std::span<const std::byte>(f.ring()).first<wire::kRecordHeaderSize>());
-    REQUIRE(header);
-    CHECK(header->payload_crc == 0);
+    const auto header = std::span<const std::byte>(f.ring()).first<wire::kRecordHeaderSize>();
+    CHECK(wire::record_check_matches(header, {}));
+    CHECK_FALSE(wire::record_check_matches(header, p));
     // What the check would have caught goes through: the trade the ring's owner chose.
     f.ring()[30] ^= std::byte{1};
     f.deliver_publishes();
@@ -328,7 +379,7 @@ TEST_CASE("tail mode: a misaligned tail and a tail past the credit are refused b
     return r.error().message();
   };
   const auto misaligned = refusal(100);
-  CHECK_THAT(misaligned, Catch::Contains("not a multiple of 64"));
+  CHECK_THAT(misaligned, Catch::Contains("not a multiple of 16"));
   CHECK_THAT(misaligned, !Catch::Contains("credit"));
   CHECK_THAT(refusal(4096 + 64), Catch::Contains("outside the credit given"));
 }
@@ -353,15 +404,42 @@ TEST_CASE("credit from another epoch is ignored and counted", "[core]") {
 TEST_CASE("record reader rejects lengths that run past the ring or the mark", "[ring]") {
   const auto g = RingGeometry::make(4096, 4000).value();
   std::vector<std::byte> ring(4096);
-  wire::encode(wire::RecordHeader{3000, wire::RecordKind::data, 0, 0}, std::span(ring).subspan(2048).first<24>());
+  const auto header = std::span(ring).subspan(2048).first<wire::kRecordHeaderSize>();
+  wire::encode(wire::RecordHeader{3000, wire::RecordKind::data, 0}, {}, header);
   CHECK(read_record(ring, g, 2048, 4096).status == RecordView::Status::bad_length);
-  wire::encode(wire::RecordHeader{100, wire::RecordKind::padding, 0, 0}, std::span(ring).subspan(2048).first<24>());
+  wire::encode(wire::RecordHeader{100, wire::RecordKind::padding, 0}, {}, header);
   CHECK(read_record(ring, g, 2048, 4096).status == RecordView::Status::bad_length);
-  wire::encode(wire::RecordHeader{2048 - 24, wire::RecordKind::padding, 5, 0}, std::span(ring).subspan(2048).first<24>());
+  wire::encode(wire::RecordHeader{2048 - wire::kRecordHeaderSize, wire::RecordKind::padding, 5}, {}, header);
   const auto pad = read_record(ring, g, 2048, 4096);
   CHECK(pad.status == RecordView::Status::padding);
   CHECK(pad.span == 2048);
   CHECK(read_record(ring, g, 2048, 2048 + 1024).status == RecordView::Status::bad_length);
+}
+
+TEST_CASE("record reader refuses data and padding whose check fails, wherever the bit flipped", "[ring]") {
+  const auto g = RingGeometry::make(4096, 4000).value();
+  std::vector<std::byte> ring(4096);
+  for (std::size_t i = 0; i < ring.size(); ++i) ring[i] = static_cast<std::byte>(i * 7);
+  const auto header = std::span(ring).subspan(2048).first<wire::kRecordHeaderSize>();
+  const auto payload = std::span<const std::byte>(ring).subspan(2048 + wire::kRecordHeaderSize, 100);
+  struct Case {
+    wire::RecordKind kind;
+    std::uint32_t len;
+    std::size_t covered;  // bytes after the header the check covers
+  };
+  for (const Case c : {Case{wire::RecordKind::data, 100, 100}, Case{wire::RecordKind::padding, 2048 - 16, 0}}) {
+    wire::encode(wire::RecordHeader{c.len, c.kind, 5}, payload.first(c.covered), header);
+    const auto good = read_record(ring, g, 2048, 4096);
+    REQUIRE(good.status == (c.kind == wire::RecordKind::data ? RecordView::Status::data : RecordView::Status::padding));
+    CHECK(good.sequence == 5);
+    // Bits of the sequence and of the check itself; then of what the check covers (data only).
+    for (std::size_t bit = 32; bit < (wire::kRecordHeaderSize + c.covered) * 8; ++bit) {
+      INFO((c.kind == wire::RecordKind::data ? "data" : "padding") << ", bit " << bit);
+      ring[2048 + bit / 8] ^= std::byte{static_cast<unsigned char>(1u << (bit % 8))};
+      CHECK(read_record(ring, g, 2048, 4096).status == RecordView::Status::bad_check);
+      ring[2048 + bit / 8] ^= std::byte{static_cast<unsigned char>(1u << (bit % 8))};
+    }
+  }
 }
 
 namespace {
@@ -403,8 +481,10 @@ TEST_CASE("release takes only the end of a delivered record", "[core]") {
   std::vector<DeliveredRecord> got;
   for (int i = 0; i < 3; ++i) got.push_back(c.next());
   ConsumerCore& consumer = c.consumer;
-  CHECK(consumer.release(got[0].end + 64).error() == errc::invalid_argument);  // inside a record
-  CHECK(consumer.release(got[2].end + 64).error() == errc::invalid_argument);  // beyond delivery
+  const std::uint64_t inside = got[0].end + wire::kRecordAlign;
+  REQUIRE(inside < got[1].end);
+  CHECK(consumer.release(inside).error() == errc::invalid_argument);
+  CHECK(consumer.release(got[2].end + wire::kRecordAlign).error() == errc::invalid_argument);  // beyond delivery
   REQUIRE(consumer.release(got[1].end));
   CHECK(consumer.release(got[0].end).error() == errc::invalid_argument);  // already released
   REQUIRE(consumer.release(got[2].end));

@@ -105,18 +105,21 @@ Peer* peer_of(std::vector<std::unique_ptr<Peer>>& peers, SessionId id) {
 std::uint64_t span_of(const Delivery& d) { return wire::record_span(d.payload.size()); }
 std::uint64_t start_of(const TakenRecord& t) { return t.end - span_of(t.delivery); }
 
+// A payload whose record spans 128 B: 512 records fill the default 64 KiB quantum exactly.
+constexpr std::uint64_t kPayloadSpanning128 = 128 - wire::kRecordHeaderSize;
+
 }  // namespace
 
 // ---- fairness -----------------------------------------------------------------------------------
 
 TEST_CASE("deficit round robin: a turn cut short by the poll limit goes on at the next poll", "[owner-core][fairness]") {
-  // Two sessions of 64 B records (a 128 B span: 512 records per 64 KiB quantum) and a poll
+  // Two sessions of 128 B spans (512 records per 64 KiB quantum) and a poll
   // limit of 513: every poll ends one record into the second session's turn. That turn must go
   // on first at the next poll; before, the next poll began with the other session, so the cut
   // session got one record per poll for ever while banking the rest of each quantum.
   LoopbackOwner owner(owner_config(wire::PublishMode::imm, 1 << 18, 1024, 2));
   std::vector<std::unique_ptr<Peer>> peers;
-  for (std::uint64_t t = 0; t < 2; ++t) peers.push_back(std::make_unique<Peer>(owner, t, [](std::uint64_t) { return 64; }));
+  for (std::uint64_t t = 0; t < 2; ++t) peers.push_back(std::make_unique<Peer>(owner, t, [](std::uint64_t) { return kPayloadSpanning128; }));
   std::map<SessionId, std::uint64_t> got;
   for (int poll = 0; poll < 20; ++poll) {
     for (auto& p : peers) p->fill(p->handled + 1500);
@@ -145,7 +148,7 @@ TEST_CASE("deficit round robin: a session that runs dry banks no allowance for a
   // gets one quantum (+ at most one record), not everything it left unspent while trickling.
   LoopbackOwner owner(owner_config(wire::PublishMode::imm, 1 << 18, 1024, 2));
   std::vector<std::unique_ptr<Peer>> peers;
-  for (std::uint64_t t = 0; t < 2; ++t) peers.push_back(std::make_unique<Peer>(owner, t, [](std::uint64_t) { return 64; }));
+  for (std::uint64_t t = 0; t < 2; ++t) peers.push_back(std::make_unique<Peer>(owner, t, [](std::uint64_t) { return kPayloadSpanning128; }));
   Peer& trickle = *peers[0];
   Peer& flood = *peers[1];
   auto poll = [&](std::size_t max) {
@@ -214,8 +217,8 @@ TEST_CASE("deficit round robin is fair under adversarial record sizes and poll l
     const auto max = *rc::gen::inRange<std::size_t>(1, real ? 1025 : 301);
     const auto polls = real ? *rc::gen::inRange(4, 17) : *rc::gen::inRange(8, 41);
     // DRR bounds a session's share only with a quantum of at least the largest record's span:
-    // below it one record still goes out per turn (the default 64 KiB is 64 B short of a 64 KiB
-    // record's span, a drift of 64 B per round that a case at real sizes is far too short to see).
+    // below it one record still goes out per turn (the default 64 KiB is 16 B short of a 64 KiB
+    // record's span, a drift of 16 B per round that a case at real sizes is far too short to see).
     const auto quantum = real ? *rc::gen::element<std::uint32_t>(64 * 1024, 96 * 1024, 128 * 1024)
                               : *rc::gen::element<std::uint32_t>(
                                     static_cast<std::uint32_t>(wire::record_span(kMax)), kMax / 2 * 3, kMax * 2);
@@ -812,9 +815,9 @@ TEST_CASE("credit goes out only on a live established link, one send-queue slot 
   OwnerConfig cfg = owner_config(wire::PublishMode::imm, 4096, 1000, 2);
   cfg.core.sq_depth = 2;
   cfg.core.signal_interval = 1;
-  cfg.core.credit_fraction = 64;  // every record released is due
+  cfg.core.credit_fraction = 64;  // every record released is due: 48 B of payload span the 64 B threshold
   LoopbackOwner owner(cfg);
-  Peer p(owner, 1, [](std::uint64_t) { return 20; });
+  Peer p(owner, 1, [](std::uint64_t) { return 48; });
   OwnerCore& core = owner.core();
   const SessionId id = p.id();
   std::vector<CreditPost> posts;

@@ -445,17 +445,18 @@ class Harness {
     return false;
   }
 
-  // The record at `start` in the ring is sequence `seq` as sent: a valid data header with the
-  // payload's CRC, and the payload bytes themselves.
+  // The record at `start` in the ring is sequence `seq` as sent: a valid data header whose check
+  // covers the payload, and the payload bytes themselves.
   void check_record(std::uint64_t seq, std::uint64_t start, std::uint64_t end, const char* when) const {
     const auto ring = f_.ring();
     const std::uint64_t off = f_.geometry().offset(start);
-    const auto h = wire::decode_record_header(ring.subspan(off).first<wire::kRecordHeaderSize>());
+    const auto header = ring.subspan(off).first<wire::kRecordHeaderSize>();
+    const auto h = wire::decode_record_header(header);
     if (!h || h->kind != wire::RecordKind::data || h->sequence != seq ||
         wire::record_span(h->payload_len) != end - start)
       RC_FAIL(std::string(when) + ": no valid header of sequence " + std::to_string(seq) + " at " + std::to_string(start));
     const auto payload = ring.subspan(off + wire::kRecordHeaderSize, h->payload_len);
-    RC_ASSERT(crc32c(payload) == h->payload_crc);
+    RC_ASSERT(wire::record_check_matches(header, payload));
     const auto want = payload_for(seq);
     if (!std::equal(want.begin(), want.end(), payload.begin(), payload.end()))
       RC_FAIL(std::string(when) + ": the bytes of sequence " + std::to_string(seq) + " changed");

@@ -1,8 +1,8 @@
 // The protocol spec against the reference: every vector of protocol-spec/test-vectors.json
 // through the encoders and decoders of wire.hpp and make_proof, every row of the constants
-// table of protocol-spec/wire-formats.md against the constants the code uses, and every hex
-// cell of the tables that repeat the vectors (wire-formats.md §8, sessions.md §3.2) against the
-// JSON. A third party builds from the spec alone, so the spec and the code must not drift apart
+// table of protocol-spec/wire-formats.md against the constants the code uses, the record-span
+// table of wire-formats.md §2.1 against record_span, and every hex cell of the tables that
+// repeat the vectors (wire-formats.md §8, sessions.md §3.2) against the JSON. A third party builds from the spec alone, so the spec and the code must not drift apart
 // unnoticed.
 #include <catch2/catch.hpp>
 
@@ -222,26 +222,91 @@ TEST_CASE("spec vectors: record span", "[spec]") {
   }
 }
 
+TEST_CASE("spec tables: the record-span table of wire-formats.md equals record_span", "[spec]") {
+  // The table of §2.1: a row of payload lengths, the separator, a row of spans.
+  const auto rows = tables_under(read_spec_file("wire-formats.md"), "### 2.1 Layout", false);
+  const auto lens = std::find_if(rows.begin(), rows.end(), [](const auto& r) { return r.at(0) == "payload_len"; });
+  REQUIRE(lens != rows.end());
+  REQUIRE(rows.end() - lens >= 3);
+  const auto& spans = *(lens + 2);
+  REQUIRE(spans.at(0) == "record_span");
+  REQUIRE(spans.size() == lens->size());
+  REQUIRE(lens->size() > 2);
+  for (std::size_t i = 1; i < lens->size(); ++i) {
+    if (lens->at(i).empty() && spans.at(i).empty()) continue;  // after the last "|"
+    INFO("payload_len " << lens->at(i) << ", record_span " << spans.at(i));
+    CHECK(wire::record_span(table_value(lens->at(i))) == table_value(spans.at(i)));
+  }
+}
+
+namespace {
+
+// What a record header vector's check covers after the header's bytes [0, 12): a data record's
+// payload on a ring with payload check crc32c, nothing for padding or with payload check none
+// (wire-formats.md §2.1).
+std::vector<std::byte> covered_by(const json& v) {
+  if (!v.contains("payload_ascii")) return {};
+  if (v.contains("payload_check") && v.at("payload_check").get<std::string>() == "none") return {};
+  return ascii(v.at("payload_ascii"));
+}
+
+}  // namespace
+
 TEST_CASE("spec vectors: record headers encode and decode", "[spec]") {
   for (const auto& v : vectors().at("record_header")) {
     INFO(v.dump());
     const wire::RecordHeader h{static_cast<std::uint32_t>(number(v.at("payload_len"))),
-                               static_cast<wire::RecordKind>(number(v.at("kind"))), number(v.at("sequence")),
-                               static_cast<std::uint32_t>(number(v.at("payload_crc")))};
-    if (v.contains("payload_ascii")) CHECK(crc32c(ascii(v.at("payload_ascii"))) == h.payload_crc);
+                               static_cast<wire::RecordKind>(number(v.at("kind"))), number(v.at("sequence"))};
+    if (h.kind == wire::RecordKind::data) {
+      REQUIRE(v.contains("payload_ascii"));
+      CHECK(ascii(v.at("payload_ascii")).size() == h.payload_len);
+      const auto check = v.at("payload_check").get<std::string>();
+      CHECK((check == "crc32c" || check == "none"));
+    } else {
+      CHECK_FALSE(v.contains("payload_ascii"));
+    }
+    const auto covered = covered_by(v);
+    const auto expected = bytes(v.at("bytes"));
+    REQUIRE(expected.size() == wire::kRecordHeaderSize);
     std::array<std::byte, wire::kRecordHeaderSize> out{};
-    wire::encode(h, out);
-    CHECK(as_vector(out) == bytes(v.at("bytes")));
-    const auto back = wire::decode_record_header(fixed<wire::kRecordHeaderSize>(v.at("bytes")));
+    wire::encode(h, covered, out);
+    CHECK(as_vector(out) == expected);
+    // The layout as the spec states it, independently of the encoder: [0, 4) payload_len | kind << 30,
+    // [4, 12) sequence, [12, 16) check = one CRC-32C over bytes [0, 12) followed by the covered bytes.
+    const auto word = h.payload_len | static_cast<std::uint32_t>(h.kind) << wire::kRecordKindShift;
+    CHECK(little_endian(word, 4) == std::vector<std::byte>(expected.begin(), expected.begin() + 4));
+    CHECK(little_endian(h.sequence, 8) == std::vector<std::byte>(expected.begin() + 4, expected.begin() + 12));
+    std::vector<std::byte> checked(expected.begin(), expected.begin() + 12);
+    checked.insert(checked.end(), covered.begin(), covered.end());
+    CHECK(crc32c(checked) == number(v.at("check")));
+    CHECK(little_endian(number(v.at("check")), 4) == std::vector<std::byte>(expected.begin() + 12, expected.end()));
+    const auto in = fixed<wire::kRecordHeaderSize>(v.at("bytes"));
+    const auto back = wire::decode_record_header(in);
     REQUIRE(back);
     CHECK(back->payload_len == h.payload_len);
     CHECK(back->kind == h.kind);
     CHECK(back->sequence == h.sequence);
-    CHECK(back->payload_crc == h.payload_crc);
+    CHECK(wire::record_check_matches(in, covered));
+    // What the check covers matters: the payload with crc32c, and only then.
+    if (v.contains("payload_ascii")) CHECK(wire::record_check_matches(in, ascii(v.at("payload_ascii"))) == !covered.empty());
   }
   for (const auto& v : vectors().at("record_header_refused")) {
     INFO(v.dump());
-    CHECK_FALSE(wire::decode_record_header(fixed<wire::kRecordHeaderSize>(v.at("bytes"))));
+    const auto in = fixed<wire::kRecordHeaderSize>(v.at("bytes"));
+    const auto covered = v.contains("payload_ascii") ? ascii(v.at("payload_ascii")) : std::vector<std::byte>{};
+    const auto fields = wire::decode_record_header(in);
+    const bool check = wire::record_check_matches(in, covered);
+    // Refused either way a reader looks at it; the vector says which part refuses it.
+    CHECK_FALSE((fields && check));
+    const auto by = v.at("refused_by").get<std::string>();
+    REQUIRE((by == "kind" || by == "check"));
+    if (by == "kind") {
+      CHECK_FALSE(fields);
+      CHECK(check);
+    } else {
+      CHECK(fields);
+      CHECK_FALSE(check);
+    }
   }
 }
 
@@ -408,7 +473,7 @@ TEST_CASE("spec tables: every hex cell of the vector tables is a vector of test-
   // The tables repeat the vectors for reading; a reader copies from them, so a cell that drifts
   // from the JSON (a version byte left at 03) misleads as much as a wrong vector.
   // Bytes a decoder must refuse (the "_refused" groups) stand only in a row that says so: the
-  // v3 connect data refused is no vector of the v4 one.
+  // v4 connect data refused is no vector of the v5 one.
   VectorValues accepted, refused;
   for (const auto& [group, entries] : vectors().items()) {
     const bool refusal = group.size() > 8 && group.compare(group.size() - 8, 8, "_refused") == 0;
@@ -434,6 +499,8 @@ TEST_CASE("spec constants: the table of wire-formats.md equals the reference", "
       {"kMagic", wire::kMagic},
       {"kRecordAlign", wire::kRecordAlign},
       {"kRecordHeaderSize", wire::kRecordHeaderSize},
+      {"kRecordKindShift", wire::kRecordKindShift},
+      {"kRecordLenMask", wire::kRecordLenMask},
       {"RecordKind::data", static_cast<std::uint64_t>(wire::RecordKind::data)},
       {"RecordKind::padding", static_cast<std::uint64_t>(wire::RecordKind::padding)},
       {"kImmTailBits", wire::kImmTailBits},

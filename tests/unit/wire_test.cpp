@@ -13,26 +13,38 @@ TEST_CASE("CRC-32C matches the Castagnoli check value", "[wire]") {
   CHECK(crc32c(std::as_bytes(std::span{s, 9})) == 0xE3069283u);
 }
 
-TEST_CASE("record spans are 64-byte multiples holding header and payload", "[wire]") {
-  CHECK(wire::record_span(0) == 64);
-  CHECK(wire::record_span(40) == 64);
-  CHECK(wire::record_span(41) == 128);
-  CHECK(wire::record_span(65536) == 65536 + 64);
+TEST_CASE("record spans are 16-byte multiples holding header and payload", "[wire]") {
+  CHECK(wire::record_span(0) == 16);
+  CHECK(wire::record_span(1) == 32);
+  CHECK(wire::record_span(16) == 32);
+  CHECK(wire::record_span(64) == 80);
+  CHECK(wire::record_span(65536) == 65536 + 16);
 }
 
-TEST_CASE("record header round-trips and rejects any flipped bit", "[wire]") {
+TEST_CASE("record header round-trips and its check sees any flipped bit, of the header or what it covers", "[wire]") {
   std::array<std::byte, wire::kRecordHeaderSize> b{};
-  const wire::RecordHeader h{1234, wire::RecordKind::data, 0x1122334455667788ull, 0xdeadbeef};
-  wire::encode(h, b);
-  auto d = wire::decode_record_header(b);
-  REQUIRE(d);
-  CHECK(d->payload_len == 1234);
-  CHECK(d->sequence == 0x1122334455667788ull);
-  CHECK(d->payload_crc == 0xdeadbeef);
-  for (std::size_t bit = 0; bit < b.size() * 8; ++bit) {
-    auto c = b;
-    c[bit / 8] ^= std::byte{static_cast<unsigned char>(1u << (bit % 8))};
-    CHECK_FALSE(wire::decode_record_header(c));
+  std::vector<std::byte> payload(37);
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>(i * 13);
+  for (const auto kind : {wire::RecordKind::data, wire::RecordKind::padding}) {
+    const wire::RecordHeader h{1234, kind, 0x1122334455667788ull};
+    wire::encode(h, payload, b);
+    auto d = wire::decode_record_header(b);
+    REQUIRE(d);
+    CHECK(d->payload_len == 1234);
+    CHECK(d->kind == kind);
+    CHECK(d->sequence == 0x1122334455667788ull);
+    CHECK(wire::record_check_matches(b, payload));
+    CHECK_FALSE(wire::record_check_matches(b, {}));
+    for (std::size_t bit = 0; bit < b.size() * 8; ++bit) {
+      auto c = b;
+      c[bit / 8] ^= std::byte{static_cast<unsigned char>(1u << (bit % 8))};
+      CHECK_FALSE((wire::decode_record_header(c) && wire::record_check_matches(c, payload)));
+    }
+    for (std::size_t bit = 0; bit < payload.size() * 8; ++bit) {
+      auto p = payload;
+      p[bit / 8] ^= std::byte{static_cast<unsigned char>(1u << (bit % 8))};
+      CHECK_FALSE(wire::record_check_matches(b, p));
+    }
   }
 }
 
@@ -46,12 +58,13 @@ TEST_CASE("immediate carries tail units, credit request and epoch bits", "[wire]
 
 TEST_CASE("a 28-bit tail widens to the position at or after the last one seen", "[wire]") {
   const std::uint64_t ring = 1 << 20;
-  CHECK(wire::widen_tail(2, 0, 0, ring) == 128u);
-  // Across the 2^28-unit wrap of the immediate field.
-  const std::uint64_t known = (std::uint64_t{1} << 34) - 128;
-  CHECK(wire::widen_tail(1, known, known, ring) == (std::uint64_t{1} << 34) + 64);
+  constexpr std::uint64_t u = wire::kRecordAlign;
+  CHECK(wire::widen_tail(2, 0, 0, ring) == 2 * u);
+  // Across the 2^28-unit wrap of the immediate field: the period is 2^28 units, 2^32 B.
+  const std::uint64_t known = (std::uint64_t{1} << 32) - 2 * u;
+  CHECK(wire::widen_tail(1, known, known, ring) == (std::uint64_t{1} << 32) + u);
   // More than a ring ahead of the released position: refused.
-  CHECK_FALSE(wire::widen_tail(static_cast<std::uint32_t>((ring + 64) / 64), 0, 0, ring));
+  CHECK_FALSE(wire::widen_tail(static_cast<std::uint32_t>((ring + u) / u), 0, 0, ring));
 }
 
 TEST_CASE("tail and credit records round-trip and detect tearing", "[wire]") {

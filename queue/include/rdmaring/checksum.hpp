@@ -7,17 +7,18 @@
 
 namespace rdmaring {
 
-std::uint32_t crc32c(std::span<const std::byte> bytes) noexcept;
+// `prior` continues a CRC: crc32c(b, crc32c(a)) == crc32c(a followed by b).
+std::uint32_t crc32c(std::span<const std::byte> bytes, std::uint32_t prior = 0) noexcept;
 
 // The implementations crc32c chooses between, declared for tests and benchmarks.
 namespace detail {
 
-std::uint32_t crc32c_portable(std::span<const std::byte> bytes) noexcept;
+std::uint32_t crc32c_portable(std::span<const std::byte> bytes, std::uint32_t prior = 0) noexcept;
 #if defined(__x86_64__)
 // Executes the SSE4.2 crc32 instruction unconditionally: call only where the CPU has it.
-std::uint32_t crc32c_sse42(std::span<const std::byte> bytes) noexcept;
+std::uint32_t crc32c_sse42(std::span<const std::byte> bytes, std::uint32_t prior = 0) noexcept;
 // ISA-L's crc32_iscsi from 256 B up, crc32c_sse42 below: needs SSE4.2 and PCLMUL.
-std::uint32_t crc32c_folded(std::span<const std::byte> bytes) noexcept;
+std::uint32_t crc32c_folded(std::span<const std::byte> bytes, std::uint32_t prior = 0) noexcept;
 #endif
 
 }  // namespace detail

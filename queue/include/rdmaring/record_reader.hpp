@@ -14,9 +14,9 @@ struct RecordView {
   enum class Status : std::uint8_t {
     data,        // a valid data record: payload, sequence, span
     padding,     // a valid padding record reaching exactly the ring's end
-    bad_header,  // header check failed (torn, unplaced, garbage)
+    bad_header,  // the kind is neither data nor padding (torn, unplaced, garbage)
     bad_length,  // length runs past the ring's end or the publish mark, or above max_record
-    bad_payload, // payload check failed
+    bad_check,   // the record's check failed: its header, or its payload where the ring checks payloads
   };
   Status status = Status::bad_header;
   std::uint64_t sequence = 0;
@@ -24,9 +24,11 @@ struct RecordView {
   std::span<const std::byte> payload;
 };
 
+const char* to_string(RecordView::Status s) noexcept;
+
 // Reads the record at position `head`, where [head, published) is the published stretch; with
 // PayloadCheck::none a data record's payload is taken unchecked.
-// Assumes ring.size() == geometry.bytes, head < published, both 64-byte aligned.
+// Assumes ring.size() == geometry.bytes, head < published, both wire::kRecordAlign aligned.
 RecordView read_record(std::span<const std::byte> ring, const RingGeometry& geometry, std::uint64_t head,
                        std::uint64_t published, wire::PayloadCheck check = wire::PayloadCheck::crc32c) noexcept;
 

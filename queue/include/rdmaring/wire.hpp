@@ -17,38 +17,44 @@
 
 namespace rdmaring::wire {
 
-inline constexpr std::uint32_t kVersion = 4;
+inline constexpr std::uint32_t kVersion = 5;
 
 // ---- Records in the ring ------------------------------------------------------------------
-// Every record starts on a 64-byte boundary: a 24-byte header, the payload, fill (content
-// unspecified, never read) to the next boundary. 64 B keeps a header from straddling a cache line, so a torn header can only
-// come from a partially placed write, which the header check catches.
-inline constexpr std::size_t kRecordAlign = 64;
-inline constexpr std::size_t kRecordHeaderSize = 24;
+// Every record starts on a 16-byte boundary: a 16-byte header, the payload, fill (content
+// unspecified, never read) to the next boundary. A header therefore never straddles a cache
+// line, so a torn header can only come from a partially placed write, which the check catches.
+// A 64-byte payload takes 80 ring bytes (v4, with a 24-byte header and 64-byte alignment: 128).
+inline constexpr std::size_t kRecordAlign = 16;
+inline constexpr std::size_t kRecordHeaderSize = 16;
 
-enum class RecordKind : std::uint16_t {
+enum class RecordKind : std::uint8_t {
   data = 1,     // a record for the application
   padding = 2,  // fills the ring from here to its end; the next record starts at offset 0
 };
 
 struct RecordHeader {
-  std::uint32_t payload_len = 0;   // bytes of payload after the header
+  std::uint32_t payload_len = 0;   // bytes of payload after the header, below 2^30
   RecordKind kind = RecordKind::data;
   std::uint64_t sequence = 0;      // data: this record's per-producer sequence (from 0);
                                    // padding: the sequence of the data record that follows
-  std::uint32_t payload_crc = 0;   // CRC-32C of the payload bytes, or 0 (PayloadCheck::none)
 };
 
-// Whether a ring's data records carry and check payload_crc: a property of the ring, granted by
+// Whether a ring's data records' check covers their payload: a property of the ring, granted by
 // its owner (protocol-spec/wire-formats.md §2.5). `none` trusts the publish event for placement
 // and RC's ICRC for the wire, and saves a pass over every payload byte on each side.
 enum class PayloadCheck : std::uint8_t { crc32c = 0, none = 1 };
-// Layout: [0,4) payload_len, [4,6) kind, [6,8) reserved = 0, [8,16) sequence,
-//         [16,20) payload_crc, [20,24) header_crc = CRC-32C of bytes [0,20).
+// Layout: [0,4) payload_len in bits 0..29, kind in bits 30..31; [4,12) sequence;
+//         [12,16) check = CRC-32C of bytes [0,12) followed by the covered bytes: a data
+//         record's payload on a ring with PayloadCheck::crc32c, nothing otherwise.
+inline constexpr unsigned kRecordKindShift = 30;
+inline constexpr std::uint32_t kRecordLenMask = (1u << kRecordKindShift) - 1;
 
-void encode(const RecordHeader& h, std::span<std::byte, kRecordHeaderSize> out) noexcept;
-// nullopt: the header check fails, the kind is unknown or the reserved field is not zero.
+// `covered`: what the check covers after the header (above).
+void encode(const RecordHeader& h, std::span<const std::byte> covered, std::span<std::byte, kRecordHeaderSize> out) noexcept;
+// The fields; nullopt when the kind is neither data nor padding. Says nothing of integrity:
+// that is record_check_matches, run once the length is known to be safe to read.
 std::optional<RecordHeader> decode_record_header(std::span<const std::byte, kRecordHeaderSize> in) noexcept;
+bool record_check_matches(std::span<const std::byte, kRecordHeaderSize> header, std::span<const std::byte> covered) noexcept;
 
 // Bytes a record with `payload_len` bytes of payload occupies in the ring.
 constexpr std::uint64_t record_span(std::uint64_t payload_len) noexcept {
@@ -57,9 +63,10 @@ constexpr std::uint64_t record_span(std::uint64_t payload_len) noexcept {
 
 // ---- Publish by immediate (mode `imm`) ----------------------------------------------------
 // The 32-bit immediate of the RDMA_WRITE_WITH_IMM that publishes:
-//   bits  0..27  new tail, in 64-byte units, modulo 2^28 (the consumer widens it: the tail is
-//                never more than one ring ahead of what it has seen, and a ring is at most
-//                kMaxRingBytes, far below the 2^34 B period, so a backward tail is detectable)
+//   bits  0..27  new tail, in kRecordAlign (16-byte) units, modulo 2^28 (the consumer widens
+//                it: the tail is never more than one ring ahead of what it has seen, and a ring
+//                is at most kMaxRingBytes, a quarter of the 2^32 B period, so a backward tail
+//                is detectable)
 //   bit   28     credit request: the producer is short of space, write credit back soon
 //   bits 29..31  epoch, low 3 bits (a write from a fenced epoch cannot land at all because its
 //                rkey is revoked; these bits catch a confused peer)
@@ -73,7 +80,7 @@ inline constexpr std::uint64_t kMaxRingBytes = std::uint64_t{1} << 30;
 inline constexpr std::uint64_t kMinRingBytes = 4096;
 
 struct Immediate {
-  std::uint32_t tail_units = 0;  // tail / 64, modulo 2^28
+  std::uint32_t tail_units = 0;  // tail / kRecordAlign, modulo 2^28
   bool credit_request = false;
   std::uint32_t epoch_low = 0;   // epoch & 7
 };
@@ -85,7 +92,7 @@ std::optional<std::uint64_t> widen_tail(std::uint32_t tail_units, std::uint64_t 
                                         std::uint64_t released, std::uint64_t ring_bytes) noexcept;
 
 // ---- Publish by tail record (mode `tail`) -------------------------------------------------
-// Written by one RDMA_WRITE into the consumer's 64-byte tail MR, after the payload writes on
+// Written by one RDMA_WRITE into the consumer's tail MR, after the payload writes on
 // the same RC QP. Layout: [0,8) epoch, [8,16) tail (byte position), [16,24) next_sequence,
 // [24,28) credit_requests, [28,32) check = CRC-32C of [0,28).
 inline constexpr std::size_t kTailRecordSize = 32;
