@@ -4,6 +4,9 @@
 // protocol-spec/model (runs 25 on); the Soft-RoCE tests show it on a device.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <thread>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -419,6 +422,28 @@ TEST_CASE("a waiter wakes for a descriptor only while it watches it, and for wak
   CHECK_THROWS_AS(Watched(w, -1), SetupError);
   close(fds[0]);
   close(fds[1]);
+}
+
+TEST_CASE("a wake() from another thread is never lost, and once taken leaves fd() quiet", "[wakeup]") {
+  using namespace std::chrono_literals;
+  // The sleeper's loop of an owner's arm(): take the wakes, else sleep. However a wake()'s write
+  // and flag interleave with take_wake(), the loop ends (no wake lost: the last one ends a sleep
+  // or is taken) and, once everything is taken, fd() is not readable (a sleeper would spin).
+  for (int round = 0; round < 3000; ++round) {
+    const Waiter w;
+    std::atomic<bool> done{false};
+    std::thread waker([&] {
+      for (int i = 0; i < 50; ++i) w.wake();
+      done.store(true);
+    });
+    std::uint64_t taken = 0;
+    while (!done.load()) taken += w.take_wake() ? 1 : 0;
+    waker.join();
+    taken += w.take_wake() ? 1 : 0;
+    REQUIRE(taken > 0);
+    REQUIRE_FALSE(w.wait(0ms).value());
+    REQUIRE_FALSE(w.take_wake());
+  }
 }
 
 TEST_CASE("a waiter wakes at the time set by wake_at, and not once it is replaced or unset", "[wakeup]") {

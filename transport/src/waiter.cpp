@@ -92,11 +92,17 @@ void Waiter::wake() const noexcept {
   const std::uint64_t one = 1;
   // EAGAIN only when the counter is near 2^64: it is readable then anyway.
   (void)!write(event_, &one, sizeof one);
+  // After the write: a take_wake() that sees the flag finds the counter set. One that misses it
+  // leaves the counter readable, so the sleep that follows ends at once and the next take_wake()
+  // sees the flag: a wake() is never lost, and no read(2) is spent where none came.
+  woken_.store(true, std::memory_order_release);
 }
 
 bool Waiter::take_wake() const noexcept {
+  if (!woken_.exchange(false, std::memory_order_acquire)) return false;
   std::uint64_t count = 0;
-  return read(event_, &count, sizeof count) == static_cast<ssize_t>(sizeof count) && count > 0;
+  (void)!read(event_, &count, sizeof count);
+  return true;
 }
 
 Result<void> Waiter::wake_at(std::optional<std::chrono::steady_clock::time_point> at) const {

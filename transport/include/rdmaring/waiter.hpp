@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <initializer_list>
@@ -44,6 +45,7 @@ class Waiter {
   void wake() const noexcept;
   // Takes back the wake()s so far; whether there was one. A caller about to sleep takes them
   // first and does not sleep when there was one: a wake() is never lost, whenever it came.
+  // No system call when none came (the common case on a sleeper's path): one read(2) when one did.
   bool take_wake() const noexcept;
   // Makes fd() readable from `at` on (steady_clock: CLOCK_MONOTONIC) until the next call, which
   // replaces it; nullopt: no such time. For a sleeper that must look again at a known time.
@@ -55,6 +57,7 @@ class Waiter {
 
   int epoll_ = -1;
   int event_ = -1;
+  mutable std::atomic<bool> woken_{false};  // set by wake() once its write is done
   int timer_ = -1;
   // What the last wait() or look() found readable: of the few descriptors a waiter watches (a
   // CQ's channel, an rdma_cm channel, an async descriptor, its eventfd and timer), all fit.
