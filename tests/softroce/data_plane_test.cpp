@@ -288,6 +288,14 @@ TEST_CASE("over one connection: zero-copy claim, a record too large, a blocking 
   // Catch2 assertions are not thread-safe: the polling thread reports, the test asserts.
   auto consume = std::async(std::launch::async, [&]() -> std::string {
     const auto deadline = Clock::now() + std::chrono::seconds(20);
+    // Nothing is released before the producer has asked for credit, however soon this thread
+    // runs: its second 4 KiB send must block (would_block below). A record handed back with
+    // abort is delivered again by the next poll.
+    while (owner->stats().rings.credit_requests == 0) {
+      if (Clock::now() > deadline) return "the blocked producer never asked for credit";
+      auto n = owner->poll([](const Delivery&) { return HandlerAction::abort; }, 16);
+      if (!n) return n.error().message();
+    }
     while (sizes.size() < 3 && Clock::now() < deadline) {
       auto n = owner->poll(
           [&](const Delivery& d) {
