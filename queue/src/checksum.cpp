@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -43,19 +44,48 @@ std::uint32_t byte_step(std::uint32_t crc, std::byte b) noexcept {
   return kTables[0][(crc ^ std::to_integer<std::uint32_t>(b)) & 0xFF] ^ (crc >> 8);
 }
 
-#if defined(__x86_64__)
-using Impl = std::uint32_t (*)(std::span<const std::byte>, std::uint32_t) noexcept;
+using BytesFn = std::uint32_t (*)(std::span<const std::byte>, std::uint32_t) noexcept;
+using PrefixedFn = std::uint32_t (*)(std::span<const std::byte, 12>, std::span<const std::byte>) noexcept;
 
-Impl choose() noexcept {
+struct Impls {
+  BytesFn bytes;
+  PrefixedFn prefixed;
+};
+
+Impls choose() noexcept {
+#if defined(__x86_64__)
   // Dispatch may first run from another translation unit's static constructor, before
   // libgcc has filled in the CPU model that __builtin_cpu_supports reads.
   __builtin_cpu_init();
-  if (!__builtin_cpu_supports("sse4.2")) return detail::crc32c_portable;
-  // Without PCLMUL ISA-L falls back to a byte table, slower than slicing-by-8: the emulated
-  // guest's CPU is one such.
-  return __builtin_cpu_supports("pclmul") ? detail::crc32c_folded : detail::crc32c_sse42;
-}
+  if (__builtin_cpu_supports("sse4.2")) {
+    // Without PCLMUL ISA-L falls back to a byte table, slower than slicing-by-8: the emulated
+    // guest's CPU is one such.
+    if (__builtin_cpu_supports("pclmul")) return {detail::crc32c_folded, detail::crc32c_prefixed_folded};
+    return {detail::crc32c_sse42, detail::crc32c_prefixed_sse42};
+  }
 #endif
+  return {detail::crc32c_portable, detail::crc32c_prefixed_portable};
+}
+
+// The implementations in use, resolved by the first call (any thread's: each resolves to the
+// same): a call is then one load and a jump, where a function-local static's guard cost a call
+// of its own, twice per record. Constant-initialized, so a static constructor elsewhere that
+// checksums before this file's statics are set up finds the resolvers, not null.
+Impls resolve() noexcept;
+std::uint32_t bytes_first(std::span<const std::byte> bytes, std::uint32_t prior) noexcept {
+  return resolve().bytes(bytes, prior);
+}
+std::uint32_t prefixed_first(std::span<const std::byte, 12> prefix, std::span<const std::byte> rest) noexcept {
+  return resolve().prefixed(prefix, rest);
+}
+constinit std::atomic<BytesFn> bytes_impl{bytes_first};
+constinit std::atomic<PrefixedFn> prefixed_impl{prefixed_first};
+Impls resolve() noexcept {
+  const Impls impls = choose();
+  bytes_impl.store(impls.bytes, std::memory_order_relaxed);
+  prefixed_impl.store(impls.prefixed, std::memory_order_relaxed);
+  return impls;
+}
 
 }  // namespace
 
@@ -73,6 +103,10 @@ std::uint32_t crc32c_portable(std::span<const std::byte> bytes, std::uint32_t pr
   }
   for (; n > 0; --n, ++p) crc = byte_step(crc, *p);
   return crc ^ 0xFFFFFFFF;
+}
+
+std::uint32_t crc32c_prefixed_portable(std::span<const std::byte, 12> prefix, std::span<const std::byte> rest) noexcept {
+  return crc32c_portable(rest, crc32c_portable(prefix));
 }
 
 #if defined(__x86_64__)
@@ -129,17 +163,41 @@ std::uint32_t crc32c_folded(std::span<const std::byte> bytes, std::uint32_t prio
   }
   return crc ^ 0xFFFFFFFF;
 }
+
+namespace {
+
+// The prefix as one 8-byte and one 4-byte step, with no loop or tail test; `Rest` continues
+// over what follows.
+template <std::uint32_t (*Rest)(std::span<const std::byte>, std::uint32_t) noexcept>
+__attribute__((target("sse4.2"))) std::uint32_t prefixed_sse42(std::span<const std::byte, 12> prefix,
+                                                               std::span<const std::byte> rest) noexcept {
+  std::uint64_t low;
+  std::uint32_t high;
+  std::memcpy(&low, prefix.data(), sizeof low);
+  std::memcpy(&high, prefix.data() + sizeof low, sizeof high);
+  const std::uint32_t crc = _mm_crc32_u32(static_cast<std::uint32_t>(_mm_crc32_u64(0xFFFFFFFF, low)), high) ^ 0xFFFFFFFF;
+  return rest.empty() ? crc : Rest(rest, crc);
+}
+
+}  // namespace
+
+std::uint32_t crc32c_prefixed_sse42(std::span<const std::byte, 12> prefix, std::span<const std::byte> rest) noexcept {
+  return prefixed_sse42<crc32c_sse42>(prefix, rest);
+}
+
+std::uint32_t crc32c_prefixed_folded(std::span<const std::byte, 12> prefix, std::span<const std::byte> rest) noexcept {
+  return prefixed_sse42<crc32c_folded>(prefix, rest);
+}
 #endif
 
 }  // namespace detail
 
 std::uint32_t crc32c(std::span<const std::byte> bytes, std::uint32_t prior) noexcept {
-#if defined(__x86_64__)
-  static const Impl impl = choose();
-  return impl(bytes, prior);
-#else
-  return detail::crc32c_portable(bytes, prior);
-#endif
+  return bytes_impl.load(std::memory_order_relaxed)(bytes, prior);
+}
+
+std::uint32_t crc32c_prefixed(std::span<const std::byte, 12> prefix, std::span<const std::byte> rest) noexcept {
+  return prefixed_impl.load(std::memory_order_relaxed)(prefix, rest);
 }
 
 }  // namespace rdmaring

@@ -419,8 +419,12 @@ void OwnerCore::finish_deliveries(std::span<const TakenRecord> taken, std::size_
   marks.clear();
   for (std::size_t i = handled; i-- > 0;) {
     const TakenRecord& r = taken[i];
+    // A session's records come in runs, one per turn: a record followed by its own session's is
+    // not that session's last, and the common batch of one session needs no bookkeeping.
+    if (i + 1 < handled && taken[i + 1].delivery.session == r.delivery.session) continue;
+    if (!first_sight(r.delivery.session)) continue;  // not its session's last: looked up once per session, not per record
     Session* s = find(r.delivery.session);
-    if (!first_sight(r.delivery.session) || !s) continue;  // not its last, or closed while the application held it
+    if (!s) continue;  // closed while the application held it
     if (auto ok = s->core.release(r.end); !ok) fail(r.delivery.session, ok.error());
   }
   marks.clear();

@@ -63,7 +63,7 @@ Error ProducerCore::too_large(std::uint64_t len) const {
                                                 std::to_string(peer_.geometry.bytes) + " B)");
 }
 
-Result<std::span<std::byte>> ProducerCore::claim(std::uint32_t len, Clock::time_point now) {
+Result<void> ProducerCore::reserve(std::uint64_t len, Clock::time_point now) {
   if (failure_) return *failure_;
   if (claim_) return make_error(errc::claim_open, "claim(" + std::to_string(len) + ")");
   if (len > peer_.geometry.max_record) return too_large(len);
@@ -77,8 +77,28 @@ Result<std::span<std::byte>> ProducerCore::claim(std::uint32_t len, Clock::time_
     mark_committed(to_end, now);
   }
   if (free_bytes() < span) return starved();
-  claim_ = Claim{committed_, len, now};
-  return staging_.subspan(peer_.geometry.offset(committed_) + wire::kRecordHeaderSize, len);
+  return success();
+}
+
+std::span<std::byte> ProducerCore::payload_at(std::uint64_t pos, std::uint32_t len) noexcept {
+  return staging_.subspan(peer_.geometry.offset(pos) + wire::kRecordHeaderSize, len);
+}
+
+void ProducerCore::seal(std::uint32_t len, Clock::time_point when) {
+  const auto payload = payload_at(committed_, len);
+  wire::encode(wire::RecordHeader{len, wire::RecordKind::data, next_sequence_},
+               peer_.payload_check == wire::PayloadCheck::crc32c ? payload : std::span<const std::byte>{},
+               header_at(committed_));
+  ++next_sequence_;
+  ++counters_.records;
+  counters_.payload_bytes += len;
+  mark_committed(wire::record_span(len), when);
+}
+
+Result<std::span<std::byte>> ProducerCore::claim(std::uint32_t len, Clock::time_point now) {
+  BOOST_OUTCOME_TRYV(reserve(len, now));
+  claim_ = Claim{len, now};
+  return payload_at(committed_, len);
 }
 
 Result<void> ProducerCore::commit(std::optional<std::uint32_t> len) {
@@ -87,14 +107,7 @@ Result<void> ProducerCore::commit(std::optional<std::uint32_t> len) {
   if (n > claim_->len)
     return make_error(errc::record_too_large,
                       "commit(" + std::to_string(n) + ") exceeds the claim of " + std::to_string(claim_->len) + " B");
-  const auto payload = staging_.subspan(peer_.geometry.offset(claim_->at) + wire::kRecordHeaderSize, n);
-  wire::encode(wire::RecordHeader{n, wire::RecordKind::data, next_sequence_},
-               peer_.payload_check == wire::PayloadCheck::crc32c ? payload : std::span<const std::byte>{},
-               header_at(claim_->at));
-  ++next_sequence_;
-  ++counters_.records;
-  counters_.payload_bytes += n;
-  mark_committed(wire::record_span(n), claim_->when);
+  seal(n, claim_->when);
   claim_.reset();
   return success();
 }
@@ -102,11 +115,12 @@ Result<void> ProducerCore::commit(std::optional<std::uint32_t> len) {
 void ProducerCore::abort() noexcept { claim_.reset(); }
 
 Result<void> ProducerCore::send(std::span<const std::byte> payload, Clock::time_point now) {
-  // Checked before the narrowing to claim()'s 32-bit length.
-  if (payload.size() > peer_.geometry.max_record) return too_large(payload.size());
-  BOOST_OUTCOME_TRY(dst, claim(static_cast<std::uint32_t>(payload.size()), now));
-  if (!payload.empty()) std::memcpy(dst.data(), payload.data(), payload.size());
-  return commit();
+  // claim + copy + commit, without a claim to open and close: the record is sealed at once.
+  BOOST_OUTCOME_TRYV(reserve(payload.size(), now));
+  const auto len = static_cast<std::uint32_t>(payload.size());  // reserve() held it to max_record
+  if (len > 0) std::memcpy(payload_at(committed_, len).data(), payload.data(), len);
+  seal(len, now);
+  return success();
 }
 
 bool ProducerCore::flush_due(Clock::time_point now) const noexcept {
@@ -252,7 +266,7 @@ void ProducerCore::on_credit(std::span<const std::byte, wire::kCreditRecordSize>
 
 ProducerLedger ProducerCore::ledger() const noexcept {
   return ProducerLedger{released_, published_, committed_,
-                        claim_ ? claim_->at + wire::record_span(claim_->len) : committed_, peer_.geometry.bytes};
+                        claim_ ? committed_ + wire::record_span(claim_->len) : committed_, peer_.geometry.bytes};
 }
 
 }  // namespace rdmaring

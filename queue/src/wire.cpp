@@ -38,9 +38,7 @@ bool sealed(std::span<const std::byte, N> in) noexcept {
 namespace {
 
 std::uint32_t record_check(std::span<const std::byte, kRecordHeaderSize> header, std::span<const std::byte> covered) noexcept {
-  // A ring without a payload check covers nothing: one CRC call per record, not two.
-  const std::uint32_t check = crc32c(header.first<12>());
-  return covered.empty() ? check : crc32c(covered, check);
+  return crc32c_prefixed(header.first<12>(), covered);
 }
 
 }  // namespace

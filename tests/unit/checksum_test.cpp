@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <boost/crc.hpp>
 #include <random>
 #include <string_view>
@@ -13,6 +14,7 @@ using namespace rdmaring;
 namespace {
 
 using Impl = std::uint32_t (*)(std::span<const std::byte>, std::uint32_t) noexcept;
+using Prefixed = std::uint32_t (*)(std::span<const std::byte, 12>, std::span<const std::byte>) noexcept;
 
 // The byte-wise implementation crc32c had before slicing-by-8 and SSE4.2: the oracle.
 std::uint32_t boost_crc32c(std::span<const std::byte> bytes) {
@@ -55,6 +57,30 @@ void check_against_boost(Impl crc) {
   }
 }
 
+// A record's check: its header's first 12 bytes, then the covered payload (none, or one at any
+// length and alignment), as one CRC over both; every byte of the prefix changes the result.
+void check_prefixed(Prefixed crc) {
+  constexpr std::size_t kMaxLen = 2000;
+  std::mt19937_64 rng(0x12C4C);
+  std::vector<std::byte> buf(12 + kMaxLen + 8);
+  for (auto& b : buf) b = static_cast<std::byte>(rng());
+  for (std::size_t offset = 0; offset < 8; ++offset) {
+    const auto prefix = std::span<const std::byte>(buf).subspan(offset).first<12>();
+    for (std::size_t len : {0u, 1u, 3u, 7u, 8u, 13u, 64u, 255u, 256u, 1000u, 2000u}) {
+      const auto both = std::span<const std::byte>(buf).subspan(offset, 12 + len);
+      INFO("offset " << offset << ", length after the prefix " << len);
+      REQUIRE(crc(prefix, both.subspan(12)) == boost_crc32c(both));
+    }
+  }
+  std::array<std::byte, 12> prefix{};
+  const std::uint32_t zeros = crc(prefix, {});
+  for (std::size_t i = 0; i < prefix.size(); ++i) {
+    prefix[i] = std::byte{0x80};
+    CHECK(crc(prefix, {}) != zeros);
+    prefix[i] = std::byte{0x00};
+  }
+}
+
 }  // namespace
 
 TEST_CASE("crc32c gives the CRC-32C check values", "[checksum]") {
@@ -63,6 +89,11 @@ TEST_CASE("crc32c gives the CRC-32C check values", "[checksum]") {
 
 TEST_CASE("crc32c agrees with Boost.CRC at every length and alignment", "[checksum]") {
   check_against_boost(crc32c);
+}
+
+TEST_CASE("crc32c_prefixed is the CRC-32C of its 12-byte prefix followed by the rest", "[checksum]") {
+  check_prefixed(crc32c_prefixed);
+  check_prefixed(detail::crc32c_prefixed_portable);
 }
 
 TEST_CASE("portable slicing-by-8 CRC-32C matches the check values and Boost.CRC", "[checksum]") {
@@ -75,6 +106,7 @@ TEST_CASE("SSE4.2 CRC-32C matches the check values and Boost.CRC", "[checksum]")
   if (!__builtin_cpu_supports("sse4.2")) RDMARING_SKIP("CPU lacks SSE4.2: hardware CRC-32C path not tested");
   check_known_vectors(detail::crc32c_sse42);
   check_against_boost(detail::crc32c_sse42);
+  check_prefixed(detail::crc32c_prefixed_sse42);
 }
 
 TEST_CASE("folded (ISA-L) CRC-32C matches the check values and Boost.CRC, up to 64 KiB", "[checksum]") {
@@ -82,6 +114,7 @@ TEST_CASE("folded (ISA-L) CRC-32C matches the check values and Boost.CRC, up to 
     RDMARING_SKIP("CPU lacks SSE4.2 or PCLMUL: ISA-L's folded CRC-32C path not tested");
   check_known_vectors(detail::crc32c_folded);
   check_against_boost(detail::crc32c_folded);
+  check_prefixed(detail::crc32c_prefixed_folded);
   std::vector<std::byte> big(64 * 1024 + 3);
   std::mt19937_64 rng(0xF01D);
   for (auto& b : big) b = static_cast<std::byte>(rng());

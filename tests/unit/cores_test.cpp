@@ -140,6 +140,8 @@ TEST_CASE("claim and commit build a record in place, shrinking allowed", "[core]
   REQUIRE(span);
   std::fill(span.value().begin(), span.value().end(), std::byte{0x5a});
   CHECK(f.producer->claim(1, Clock::now()).error() == errc::claim_open);
+  const std::vector<std::byte> other(8, std::byte{0x11});
+  CHECK(f.producer->send(other, Clock::now()).error() == errc::claim_open);  // nothing lands in the claimed place
   CHECK(f.producer->commit(101).error() == errc::record_too_large);
   REQUIRE(f.producer->commit(60));
   CHECK(f.producer->commit().error() == errc::no_claim);

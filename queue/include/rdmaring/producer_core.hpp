@@ -10,7 +10,6 @@
 #pragma once
 
 #include <array>
-#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -131,7 +130,9 @@ class ProducerCore {
   // instead of one per record (a third of a small record's cost), at the price of a steady
   // trickle's publish coming up to twice the delay late (see time_for_send()).
   bool clock_due() const noexcept {
-    return committed_ == published_ || std::has_single_bit(pending_records_ + 1) ||
+    // The 1st, 2nd, 4th ... record: pending + 1 a power of two. Not std::has_single_bit, a
+    // libgcc call per record where the build may not assume the popcnt instruction.
+    return committed_ == published_ || ((pending_records_ + 1) & pending_records_) == 0 ||
            config_.coalesce.delay <= Clock::duration::zero();
   }
   // Whether anything waits to be posted at all (flush_due's cheap part, needing no clock).
@@ -179,13 +180,19 @@ class ProducerCore {
   std::uint64_t send_queue_outstanding() const noexcept { return sq_.outstanding(); }
 
  private:
-  struct Claim {
-    std::uint64_t at;  // position of the record's header
+  struct Claim {  // its header is at committed_: nothing is committed while a claim is open
     std::uint32_t len;
     Clock::time_point when;  // the coalescing delay of a record counts from its claim
   };
   std::uint64_t free_bytes() const noexcept { return released_ + peer_.geometry.bytes - committed_; }
+  // Room at committed_ for a record of `len` bytes, padding the ring's end first where the
+  // record would cross it; refuses while broken, with a claim open, or past max_record.
+  Result<void> reserve(std::uint64_t len, Clock::time_point now);
+  // Writes the header of the record of `len` bytes at committed_ (its payload in place) and
+  // commits it; `when` starts a batch's coalescing delay.
+  void seal(std::uint32_t len, Clock::time_point when);
   std::span<std::byte, wire::kRecordHeaderSize> header_at(std::uint64_t pos) noexcept;
+  std::span<std::byte> payload_at(std::uint64_t pos, std::uint32_t len) noexcept;
   void append_padding(std::uint64_t next_sequence);
   void mark_committed(std::uint64_t bytes, Clock::time_point now);
   void fail(Error e);
