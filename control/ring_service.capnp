@@ -99,9 +99,9 @@ interface RingService {
 
   # The caller's connection died (or its process restarted): fence the epoch, revoke the ring's
   # key and grant the next epoch. `restarted`: the caller lost its staging and continues from
-  # the grant; otherwise `released`/`releasedSequence` say what it still holds (from
-  # released, first record's sequence releasedSequence), which an owner restored after its own
-  # restart resumes from.
+  # the grant; otherwise `released`/`releasedSequence` say from where it still holds its
+  # records (its resend point: the first position it holds, that record's sequence), which an
+  # owner restored after its own restart resumes from.
   resume @1 (who :Credentials, restarted :Bool,
              released :UInt64, releasedSequence :UInt64) -> (reply :GrantOrRefusal);
 

@@ -47,15 +47,6 @@ struct Producer::Connection {
     const auto interval = options.heartbeat_interval.value_or(grant.lease / 3);
     control->keep_alive(who(grant.at.epoch), interval);
   }
-  // The sequence of the record at `released`: what an owner restored after its restart resumes
-  // from when it has no record of its own.
-  std::uint64_t released_sequence() {
-    const auto l = core->ledger();
-    if (l.released == l.committed) return core->next_sequence();
-    const auto off = core->peer().geometry.offset(l.released);
-    const auto h = wire::decode_record_header(data->staging().subspan(off).first<wire::kRecordHeaderSize>());
-    return h ? h->sequence : core->next_sequence();
-  }
 };
 
 Producer Producer::attach(const ProducerOptions& options) { return open(options, nullptr); }
@@ -100,8 +91,8 @@ Producer Producer::open(const ProducerOptions& options, const SessionCredentials
 Result<ResumePoint> Producer::recover() {
   Connection& c = *c_;
   const std::uint64_t epoch = c.core->epoch();
-  const auto l = c.core->ledger();
-  BOOST_OUTCOME_TRY(grant, c.control->resume(c.who(epoch), false, l.released, c.released_sequence()));
+  const auto from = c.core->resend_point();
+  BOOST_OUTCOME_TRY(grant, c.control->resume(c.who(epoch), false, from.position, from.sequence));
   if (grant.ring_bytes != c.core->peer().geometry.bytes || grant.mode != c.core->peer().mode ||
       grant.max_record != c.core->peer().geometry.max_record || grant.payload_check != c.core->peer().payload_check) {
     // An owner restarted with other options restored the session; it cannot go on, so it

@@ -225,6 +225,16 @@ Result<void> ProducerCore::resume(const ResumePoint& at) {
   return success();
 }
 
+ProducerCore::ResendPoint ProducerCore::resend_point() const noexcept {
+  const ResumePoint& start = peer_.start;
+  if (released_ <= start.position) return {start.position, start.next_sequence};
+  if (released_ == committed_) return {released_, next_sequence_};
+  // Sealed, by this producer: a data or padding header, each carrying a sequence (padding the
+  // next record's), wire-formats.md §2.
+  const auto h = wire::decode_record_header(staging_.subspan(peer_.geometry.offset(released_)).first<wire::kRecordHeaderSize>());
+  return {released_, h ? h->sequence : next_sequence_};
+}
+
 void ProducerCore::on_completion(std::uint64_t wr_id, bool success, int wc_status) {
   if (!success) {
     fail(make_error(errc::completion_error, "send completion of wr " + std::to_string(wr_id) + " status " +

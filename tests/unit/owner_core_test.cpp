@@ -1155,3 +1155,57 @@ TEST_CASE("durable records: pushed at attach, restore and a retry window's end, 
   REQUIRE(records.size() == 1);
   CHECK(records[0].min_epoch == 5);
 }
+
+TEST_CASE("a producer restarted while the owner held records resends from its own start, where a restored owner takes it",
+          "[owner-core][restore]") {
+  const OwnerConfig cfg = owner_config(wire::PublishMode::imm, 4096, 1000, 2);
+  LoopbackOwner owner(cfg);
+  Peer p(owner, 7, [](std::uint64_t) { return 40; });  // a 64 B span each
+  LoopbackFabric& f = *p.f;
+  const SessionId id = f.session();
+  const SessionSecret secret = f.core().table().find(id)->secret;
+  REQUIRE(p.fill(60) == 60);
+  owner.poll();
+  auto first = f.take(60);
+  REQUIRE(first.size() == 60);
+  f.finish(first, 50);
+  // Records 50-58 are being consumed (released 3200, head 3776) when the producer dies.
+  REQUIRE(f.take(9).size() == 9);
+  const std::uint64_t released = 50 * 64, head = 59 * 64;
+
+  // The new process starts at the head; the records the owner holds below it are in no staging.
+  const auto joined = f.restart_producer();
+  REQUIRE(joined);
+  CHECK(joined.value().position == head);
+  CHECK(joined.value().released == released);
+  CHECK(joined.value().next_sequence == 59);
+  ProducerCore& producer = *f.producer;
+  CHECK(producer.resend_point().position == head);
+  CHECK(producer.resend_point().sequence == 59);
+  // It sends 59-61 again; they are placed, then the owner dies with 50-58 still unreleased.
+  p.sent = 59;
+  REQUIRE(p.fill(62) == 3);
+  REQUIRE(producer.ledger().released == released);
+  const auto from = producer.resend_point();
+  CHECK(from.position == head);
+  CHECK(from.sequence == 59);
+
+  // The application had stored 0-58 (N = 59). The restored owner's ring starts where the
+  // producer resends from, and the producer accepts that point: its staging holds record 59 there.
+  OwnerCore after(cfg);
+  Rings rings;
+  Channel channel(std::string(LoopbackFabric::kIdentity));
+  const DurableSession durable{secret, 59, std::string(LoopbackFabric::kIdentity), 1};
+  const auto at = after.restore(channel.send(secret, id, ProofPurpose::resume, producer.epoch()), durable, false,
+                                from.position, from.sequence, rings.next(4096), Clock::now());
+  REQUIRE(at);
+  CHECK(after.counters().restore_gaps == 0);
+  REQUIRE(producer.resume(at.value()));
+  CHECK(producer.ledger().released == head);
+  CHECK(producer.resend_point().position == head);
+  // 59-61 go out again, from where they lie in staging.
+  const auto batch = producer.take_batch();
+  REQUIRE(batch);
+  CHECK(batch->requests().front().local_offset == head);
+  CHECK(batch->requests().front().length == 3 * 64);
+}

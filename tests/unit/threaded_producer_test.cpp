@@ -305,6 +305,73 @@ TEST_CASE("ThreadedProducer: a failing sink makes later sends fail with its erro
   }
 }
 
+namespace {
+
+// A connection that breaks once, after `break_after` records, and heals on the `heals_at`th
+// recover() (never if 0); the failed recoveries say the owner is away.
+struct BreakingSink : FakeSink {
+  std::uint64_t break_after = 0;
+  std::uint32_t heals_at = 0;
+  std::uint32_t recover_calls = 0;  // poster only
+  bool broken = false;              // poster only
+
+  Result<void> send(std::span<const std::byte> p) {
+    if (!broken && seen.size() == break_after && recover_calls == 0) broken = true;
+    if (broken) return failure();
+    return FakeSink::send(p);
+  }
+  Result<void> progress() { return broken ? Result<void>(failure()) : success(); }
+  Result<void> flush() { return broken ? Result<void>(failure()) : FakeSink::flush(); }
+  Result<void> recover() {
+    ++recover_calls;
+    if (heals_at != 0 && recover_calls >= heals_at) {
+      broken = false;
+      return success();
+    }
+    return make_error(errc::control_failure, "owner away " + std::to_string(recover_calls));
+  }
+};
+
+ThreadedProducerOptions recovering_options(std::uint32_t attempts) {
+  ThreadedProducerOptions o = small_options(64);
+  o.recover_attempts = attempts;
+  o.recover_interval = 1ms;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("ThreadedProducer: the poster heals a RecoverableSink, and says why when it cannot",
+          "[threaded_producer]") {
+  SECTION("healed on the third try: every record once, in order") {
+    BreakingSink sink;
+    sink.break_after = 40;
+    sink.heals_at = 3;
+    ThreadedProducer<BreakingSink> tp(sink, recovering_options(5));
+    for (std::uint32_t s = 0; s < 100; ++s) REQUIRE(tp.send(encode(0, s), 5s));
+    REQUIRE(tp.drain(5s));
+    REQUIRE(tp.stop());
+    CHECK(tp.stats().recoveries == 1);
+    CHECK(sink.recover_calls == 3);
+    check_per_thread_order(sink, 1, 100);
+  }
+
+  SECTION("never healed: the sticky error keeps the failure's code and names the last recover() error") {
+    BreakingSink sink;
+    sink.break_after = 10;
+    ThreadedProducer<BreakingSink> tp(sink, recovering_options(4));
+    for (std::uint32_t s = 0; s < 20; ++s) REQUIRE(tp.send(encode(0, s), 5s));
+    auto d = tp.drain(5s);
+    REQUIRE_FALSE(d);
+    CHECK(d.error() == errc::completion_error);
+    CHECK(d.error().context == "fake sink; recover() failed 4 time(s), the last with: " +
+                                   make_error(errc::control_failure, "owner away 4").message());
+    REQUIRE_FALSE(tp.stop());
+    CHECK(tp.stats().recoveries == 0);
+    CHECK(sink.seen.size() == 10);
+  }
+}
+
 TEST_CASE("ThreadedProducer: drain returns once everything sent before it is handed over and flushed",
           "[threaded_producer]") {
   SECTION("a lone record is flushed, not left to the sink's coalescing") {

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -389,18 +390,26 @@ class ThreadedProducer {
   }
 
   // Heals a RecoverableSink when the error calls for it (the record being handed over is then
-  // retried: the Sink did not take it), else makes the error sticky.
+  // retried: the Sink did not take it), else makes the error sticky. A sticky error after failed
+  // recoveries keeps the failure's code and says how often recover() failed and why, last: that,
+  // not the failure, is what the application must act on.
   void on_sink_error(Error e) {
     if constexpr (RecoverableSink<Sink>) {
       if (needs_recover(e)) {
-        for (std::uint32_t attempt = 0; attempt < opts_.recover_attempts; ++attempt) {
+        std::uint32_t attempt = 0;
+        std::optional<Error> last;
+        for (; attempt < opts_.recover_attempts; ++attempt) {
           if (abandon_.load(std::memory_order_acquire)) break;
-          if (sink_.recover()) {
+          auto resumed = sink_.recover();
+          if (resumed) {
             recoveries_.fetch_add(1, std::memory_order_relaxed);
             return;
           }
+          last = std::move(resumed).error();
           std::this_thread::sleep_for(opts_.recover_interval);
         }
+        if (last)
+          e.context += "; recover() failed " + std::to_string(attempt) + " time(s), the last with: " + last->message();
       }
     }
     fail(std::move(e));

@@ -149,6 +149,17 @@ class ProducerCore {
   // Errors: stale_epoch (at.epoch not newer); protocol_violation when `at` is not a record
   // boundary this producer wrote with that sequence (then it must restart from `at`).
   Result<void> resume(const ResumePoint& at);
+  // Where an owner restored after its restart starts this producer's records: the first
+  // position whose record this producer still holds, and that record's sequence (the resume
+  // request's `released` and `releasedSequence`, protocol-spec/resume.md §3 step 1). That is
+  // `released`, except after a restart: the staging of a core started at peer.start holds
+  // nothing below it, while the owner may not yet have released the records it was consuming
+  // there (its own to finish, and not this producer's to send again).
+  struct ResendPoint {
+    std::uint64_t position = 0;
+    std::uint64_t sequence = 0;
+  };
+  ResendPoint resend_point() const noexcept;
 
   // Asks the consumer for a credit write-back with the next publish (once until credit moves).
   void request_credit() noexcept { want_credit_ = !credit_asked_; }
