@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "rdmaring/control_connection.hpp"
+#include "rdmaring/delivery_batch.hpp"
 #include "rdmaring/owner_core.hpp"
 #include "rdmaring/producer_core.hpp"
 
@@ -119,29 +120,25 @@ class LoopbackOwner {
     collect_closed();
   }
   // A poll: take up to `max`, hand each to `handler` (returns HandlerAction, or void: consume),
-  // finish with what it handled. Returns how many were handled.
+  // finish with what it handled, as RingOwner::poll (a throw releases what came before it).
+  // Returns how many were handled.
   template <class Handler>
   std::size_t deliver(std::size_t max, Handler&& handler, Clock::time_point now) {
-    const auto taken = take(max, now);
-    std::size_t handled = 0;
-    for (; handled < taken.size(); ++handled) {
-      if constexpr (std::is_void_v<decltype(handler(taken[handled].delivery))>) {
-        handler(taken[handled].delivery);
-      } else {
-        const HandlerAction a = handler(taken[handled].delivery);
-        if (a == HandlerAction::abort) break;
-        if (a == HandlerAction::stop) {
-          ++handled;
-          break;
-        }
-      }
-    }
-    finish(taken, handled);
-    return handled;
+    return deliver_with(max, now, [&handler](std::span<const TakenRecord> taken, std::size_t& handled) {
+             return Result<std::size_t>(hand_each(taken, handler, handled));
+           }).value();
   }
   template <class Handler>
   std::size_t deliver(std::size_t max, Handler&& handler) {
     return deliver(max, std::forward<Handler>(handler), now());
+  }
+  // The same as one batch, as RingOwner::poll_batch: handler(const DeliveryBatch&) returns how
+  // many it handled.
+  template <class Handler>
+  Result<std::size_t> deliver_batch(std::size_t max, Handler&& handler) {
+    return deliver_with(max, now(), [&handler](std::span<const TakenRecord> taken, std::size_t& handled) {
+      return hand_batch(taken, handler, handled);
+    });
   }
 
   // take_credits, each posted on the session's QP: the credit lands in the producer's credit
@@ -167,6 +164,21 @@ class LoopbackOwner {
 
  private:
   friend class LoopbackFabric;
+  template <class HandOver>
+  Result<std::size_t> deliver_with(std::size_t max, Clock::time_point now, HandOver&& hand_over) {
+    const auto taken = take(max, now);
+    std::size_t handled = 0;
+    Result<std::size_t> outcome = std::size_t{0};
+    try {
+      outcome = hand_over(std::span<const TakenRecord>(taken), handled);
+    } catch (...) {
+      finish(taken, handled);
+      throw;
+    }
+    finish(taken, handled);
+    if (!outcome) return std::move(outcome).error();
+    return handled;
+  }
   static void check(const OwnerConfig& c) {
     if (auto ok = c.validate(); !ok) throw std::invalid_argument("loopback owner: " + ok.error().message());
   }

@@ -216,10 +216,17 @@ TEST_CASE("an owner asleep through a tail published over bytes never written rea
   REQUIRE(raw.write_with_imm(raw.grant.ring_rkey, doorbell, 30s) == IBV_WC_SUCCESS);
   REQUIRE(wait_for([&] { return owner->stats().sessions_failed > before.sessions_failed; }, 60s));
   const double took = seconds(std::chrono::steady_clock::now() - rang);
+  // The counter moves when the core fails the session; on_session_closed runs after, outside the
+  // owner's lock, so the reason is waited for on its own (the landing CI read it too soon once).
+  const bool told = wait_for([&] {
+    std::lock_guard lock(m);
+    return !closed_why.empty();
+  }, 60s);
   const RingOwnerStats after = owner->stats();
   INFO(owner->ledger_dump());
   INFO("refused after " << took << " s; reads " << after.rings.not_ready - before.rings.not_ready << ", sleeps "
                         << after.sleeps - before.sleeps);
+  REQUIRE(told);
   {
     std::lock_guard lock(m);
     CHECK_THAT(closed_why, Catch::Contains("placement order violated"));
@@ -256,7 +263,8 @@ TEST_CASE("a session that ends wakes an owner asleep in wait()", "[softroce][wak
   producer.join();
   CHECK(timeouts == 0);
   CHECK(delivered == 1);
-  CHECK(closed.load() == 1);
+  // The count falls when the session is dropped; on_session_closed (then the wake) follows it.
+  CHECK(wait_for([&] { return closed.load() == 1; }, 60s));
 }
 
 TEST_CASE("a producer asleep in wait() wakes when the owner breaks its connection", "[softroce][wakeup]") {

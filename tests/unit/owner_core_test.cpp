@@ -102,6 +102,14 @@ Peer* peer_of(std::vector<std::unique_ptr<Peer>>& peers, SessionId id) {
   return nullptr;
 }
 
+// Every producer takes the credit written back to it, asks for more, and publishes what it holds.
+void ask_credit(std::vector<std::unique_ptr<Peer>>& peers) {
+  for (auto& p : peers) {
+    p->f->return_credit();
+    p->f->producer->request_credit();
+    p->f->flush();
+  }
+}
 std::uint64_t span_of(const Delivery& d) { return wire::record_span(d.payload.size()); }
 std::uint64_t start_of(const TakenRecord& t) { return t.end - span_of(t.delivery); }
 
@@ -793,11 +801,7 @@ TEST_CASE("a poll may give back any suffix, across resumes, and each record coun
         ++q->handled;
         handled_bytes[q->id()] += d.payload.size();
       });
-      for (auto& p : peers) {
-        p->f->return_credit();
-        p->f->producer->request_credit();
-        p->f->flush();
-      }
+      ask_credit(peers);
     }
     for (auto& p : peers) {
       RC_ASSERT(p->handled == p->sent);
@@ -806,6 +810,121 @@ TEST_CASE("a poll may give back any suffix, across resumes, and each record coun
       // Padding too counts once, however often the records around it were given back.
       RC_ASSERT(p->f->consumer().counters().padding_records == p->f->producer->counters().padding_records);
     }
+  });
+}
+
+TEST_CASE("a batch handler's count releases what it handled and gives back the rest, like per-record answers",
+          "[owner-core][handler][property]") {
+  // owner.md §5: poll() and poll_batch() over the same records; every kind of answer of each,
+  // a throw and a count above the batch included. Whatever came back, each record is handled once,
+  // in order, and one given back comes again with the same sequence and bytes.
+  enum class Answer { consume, stop, abort, throw_, count, overcount };
+  rc::prop("random answers, per record and per batch", [] {
+    const auto n = *rc::gen::inRange<std::size_t>(1, 4);
+    const auto mode = *rc::gen::element(wire::PublishMode::imm, wire::PublishMode::tail);
+    LoopbackOwner owner(owner_config(mode, 4096, 1000, static_cast<std::uint32_t>(n)));
+    std::vector<std::unique_ptr<Peer>> peers;
+    for (std::size_t i = 0; i < n; ++i)
+      peers.push_back(std::make_unique<Peer>(owner, i, [i](std::uint64_t s) { return (s * 37 + i * 11) % 300; }));
+    std::map<std::pair<SessionId, std::uint64_t>, std::vector<std::byte>> seen;
+    // Each delivery is the next unhandled record of its session, counting those seen before it in
+    // this poll; a record seen in an earlier poll has its bytes unchanged.
+    std::map<SessionId, std::uint64_t> next;
+    const auto expect = [&](const Delivery& d) {
+      Peer* q = peer_of(peers, d.session);
+      RC_ASSERT(q != nullptr);
+      const std::uint64_t want = next.count(q->id()) ? next[q->id()] : q->handled;
+      if (const auto e = q->check(d, want); !e.empty()) RC_FAIL(e);
+      next[q->id()] = want + 1;
+      const auto key = std::make_pair(q->id(), d.sequence);
+      std::vector<std::byte> b(d.payload.begin(), d.payload.end());
+      if (const auto it = seen.find(key); it != seen.end()) RC_ASSERT(it->second == b);
+      seen[key] = std::move(b);
+      return q;
+    };
+    struct Thrown {};
+    const auto rounds = *rc::gen::inRange(1, 40);
+    for (int round = 0; round < rounds; ++round) {
+      for (auto& p : peers) p->fill(p->sent + *rc::gen::inRange<std::uint64_t>(0, 5));
+      owner.poll();
+      owner.read_tails();
+      const std::size_t max = *rc::gen::inRange<std::size_t>(1, 12);
+      const bool batch = *rc::gen::arbitrary<bool>();
+      next.clear();
+      std::vector<Peer*> handled;  // in delivery order: the records this poll's answers hand over
+      if (batch) {
+        const Answer a = *rc::gen::element(Answer::count, Answer::count, Answer::throw_, Answer::overcount);
+        const auto pick = *rc::gen::arbitrary<std::uint8_t>();
+        std::size_t size = 0;
+        bool thrown = false;
+        Result<std::size_t> r = std::size_t{0};
+        try {
+          r = owner.deliver_batch(max, [&](const DeliveryBatch& b) -> std::size_t {
+            RC_ASSERT(!b.empty());
+            RC_ASSERT(b.size() <= max);
+            size = b.size();
+            std::vector<Peer*> order;
+            for (const Delivery& d : b) order.push_back(expect(d));
+            RC_ASSERT(static_cast<std::size_t>(b.end() - b.begin()) == b.size());
+            if (a == Answer::throw_) throw Thrown{};
+            if (a == Answer::overcount) return b.size() + 1 + pick % 3;
+            const std::size_t k = pick % (b.size() + 1);
+            handled.assign(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));
+            return k;
+          });
+        } catch (const Thrown&) {
+          thrown = true;
+        }
+        if (a == Answer::throw_) RC_ASSERT(thrown == (size > 0));
+        if (a == Answer::overcount && size > 0) {
+          RC_ASSERT(!r);
+          RC_ASSERT(r.error() == errc::invalid_argument);
+        } else if (!thrown) {
+          RC_ASSERT(r.has_value());
+          RC_ASSERT(r.value() == handled.size());
+        }
+      } else {
+        const auto answers = *rc::gen::container<std::vector<Answer>>(
+            max, rc::gen::weightedElement<Answer>({{6, Answer::consume}, {1, Answer::stop}, {1, Answer::abort}, {1, Answer::throw_}}));
+        std::size_t i = 0;
+        std::size_t got = 0;
+        bool thrown = false;
+        try {
+          got = owner.deliver(max, [&](const Delivery& d) {
+            Peer* q = expect(d);
+            const Answer a = answers[i++];
+            if (a == Answer::throw_) throw Thrown{};
+            if (a != Answer::abort) handled.push_back(q);
+            return a == Answer::abort ? HandlerAction::abort : a == Answer::stop ? HandlerAction::stop : HandlerAction::consume;
+          });
+        } catch (const Thrown&) {
+          thrown = true;
+        }
+        if (!thrown) RC_ASSERT(got == handled.size());
+      }
+      for (Peer* q : handled) ++q->handled;
+      // Released: exactly what was handled, so each consumer counts those records and no more.
+      for (auto& p : peers) RC_ASSERT(p->f->consumer().counters().records == p->handled);
+      ask_credit(peers);
+    }
+    // Drain, by batches: everything sent comes, once, in order.
+    for (int round = 0; round < 100; ++round) {
+      for (auto& p : peers) p->fill(p->sent);
+      owner.poll();
+      owner.read_tails();
+      next.clear();
+      const auto r = owner.deliver_batch(SIZE_MAX, [&](const DeliveryBatch& b) {
+        for (const Delivery& d : b) ++expect(d)->handled;
+        return b.size();
+      });
+      RC_ASSERT(r.has_value());
+      ask_credit(peers);
+    }
+    for (auto& p : peers) {
+      RC_ASSERT(p->handled == p->sent);
+      RC_ASSERT(p->f->consumer().counters().records == p->sent);
+    }
+    RC_ASSERT(owner.closed().empty());
   });
 }
 

@@ -33,6 +33,7 @@
 
 #include "rdmaring/consumer_core.hpp"
 #include "rdmaring/control_security.hpp"
+#include "rdmaring/delivery_batch.hpp"
 #include "rdmaring/error.hpp"
 #include "rdmaring/owner_core.hpp"
 #include "rdmaring/session_table.hpp"
@@ -152,6 +153,15 @@ class RingOwner {
   // invalid_argument for a poll() from inside a handler or from a second thread.
   template <class Handler>
   Result<std::size_t> poll(Handler&& handler, std::size_t max);
+  // The same records, handed over in one call: handler(const DeliveryBatch&) (sessions
+  // interleaved as poll() takes them, each in order) returns how many, from the first, it
+  // handled; those are released and the rest delivered again by the next poll, as after an abort
+  // of the first one not handled. One call per batch lets an application make a whole batch
+  // durable at once (one transaction). It is not called for a poll that took nothing.
+  //   - a handler that throws: nothing of the batch is released; the exception propagates.
+  //   - a count above the batch's size: nothing released, and invalid_argument.
+  template <class Handler>
+  Result<std::size_t> poll_batch(Handler&& handler, std::size_t max);
 
   // ---- sleeping instead of spinning (protocol-spec/wakeup.md) ----
   // From the polling thread, between polls: sleeps until poll() may have work or `timeout`
@@ -191,32 +201,42 @@ class RingOwner {
   // `handled` released and the rest given back.
   Result<std::span<const TakenRecord>> begin_poll(std::size_t max);
   std::size_t end_poll(std::size_t handled) noexcept;
+  // begin_poll, hand_over(taken, handled) (hand_each or hand_batch), end_poll with `handled`,
+  // which hand_over keeps current for a handler's throw.
+  template <class HandOver>
+  Result<std::size_t> poll_with(std::size_t max, HandOver&& hand_over);
 
   std::unique_ptr<State> s_;
 };
 
-template <class Handler>
-Result<std::size_t> RingOwner::poll(Handler&& handler, std::size_t max) {
-  BOOST_OUTCOME_TRY(batch, begin_poll(max));
+template <class HandOver>
+Result<std::size_t> RingOwner::poll_with(std::size_t max, HandOver&& hand_over) {
+  BOOST_OUTCOME_TRY(taken, begin_poll(max));
   std::size_t handled = 0;
+  Result<std::size_t> outcome = std::size_t{0};
   try {
-    for (const TakenRecord& taken : batch) {
-      const Delivery& d = taken.delivery;
-      if constexpr (std::is_void_v<std::invoke_result_t<Handler&, const Delivery&>>) {
-        handler(d);
-        ++handled;
-      } else {
-        const HandlerAction action = handler(d);
-        if (action == HandlerAction::abort) break;
-        ++handled;
-        if (action == HandlerAction::stop) break;
-      }
-    }
+    outcome = hand_over(taken, handled);
   } catch (...) {
     end_poll(handled);
     throw;
   }
-  return end_poll(handled);
+  const std::size_t released = end_poll(handled);
+  if (!outcome) return std::move(outcome).error();
+  return released;
+}
+
+template <class Handler>
+Result<std::size_t> RingOwner::poll(Handler&& handler, std::size_t max) {
+  return poll_with(max, [&handler](std::span<const TakenRecord> taken, std::size_t& handled) -> Result<std::size_t> {
+    return hand_each(taken, handler, handled);
+  });
+}
+
+template <class Handler>
+Result<std::size_t> RingOwner::poll_batch(Handler&& handler, std::size_t max) {
+  return poll_with(max, [&handler](std::span<const TakenRecord> taken, std::size_t& handled) {
+    return hand_batch(taken, handler, handled);
+  });
 }
 
 }  // namespace rdmaring
