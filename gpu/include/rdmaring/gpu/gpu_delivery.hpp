@@ -1,0 +1,120 @@
+// Records into GPU memory (protocol-spec/gpu.md). A poll's records are copied by the GPU's copy
+// engine straight out of the ring (registered with CUDA by cudaHostRegister, beside its verbs
+// registration) into a device slot; they stay "in copy to GPU" until the copy's CUDA event has
+// completed, and only then are they released to the producer. The GPU learns which records are
+// valid only from the descriptor table, copied in stream order after the records, and from the
+// consumer's kernel, launched after that: a CPU-initiated CUDA operation, never the NIC's
+// completion. Several batches may be in copy at once (one per slot); they are released in the
+// order they were taken.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <vector>
+
+#include "rdmaring/gpu/cuda_objects.hpp"
+#include "rdmaring/gpu/gpu_batch.hpp"
+#include "rdmaring/owner_core.hpp"
+
+namespace rdmaring::gpu {
+
+struct GpuDeliveryOptions {
+  std::size_t slots = 4;           // batches in copy or being consumed at once
+  std::size_t max_records = 4096;  // per batch
+};
+
+class GpuDelivery {
+ public:
+  // `rings`: every ring a batch may come from; each is registered with CUDA here. A slot holds
+  // their total size, so any batch fits (a session's records being consumed never exceed its ring).
+  GpuDelivery(std::span<const std::span<std::byte>> rings, GpuDeliveryOptions options = {});
+  GpuDelivery(const GpuDelivery&) = delete;
+  GpuDelivery& operator=(const GpuDelivery&) = delete;
+  ~GpuDelivery();
+
+  // The stream the copies run on: a consumer launches on it so that it runs after them.
+  cudaStream_t stream() const noexcept { return stream_.get(); }
+  std::size_t in_copy() const noexcept { return in_copy_.size(); }
+
+  // One step, over an owner side with take(max) -> vector<TakenRecord> and finish(span, handled)
+  // (LoopbackOwner; RingOwner once it offers them): first releases the batches whose copy
+  // completed, oldest first; then, if a slot is free, takes up to `max` records, copies them and
+  // calls launch(stream, GpuBatch) to enqueue their consumer. Returns how many records it took.
+  template <class Owner, class Launch>
+  Result<std::size_t> poll(Owner& owner, std::size_t max, Launch&& launch) {
+    BOOST_OUTCOME_TRYV(release_copied(owner));
+    Slot* slot = free_slot();
+    if (!slot) return std::size_t{0};
+    std::vector<TakenRecord> taken = owner.take(std::min(max, options_.max_records));
+    if (taken.empty()) return std::size_t{0};
+    auto copied = copy(*slot, taken);
+    Result<void> enqueued = success();
+    if (copied) {
+      launch(stream(), copied.value());
+      enqueued = record_consumed(*slot);
+    } else {
+      enqueued = std::move(copied).error();
+    }
+    if (!enqueued) {
+      // Nothing was made valid on the GPU: the records go back, unreleased.
+      owner.finish(taken, 0);
+      return std::move(enqueued).error();
+    }
+    const std::size_t n = taken.size();
+    in_copy_.push_back(InCopy{slot, std::move(taken)});
+    return n;
+  }
+
+  // Releases the batches whose copy completed, oldest first (take order).
+  template <class Owner>
+  Result<void> release_copied(Owner& owner) {
+    while (!in_copy_.empty()) {
+      BOOST_OUTCOME_TRY(done, completed(in_copy_.front().slot->copied));
+      if (!done) break;
+      owner.finish(in_copy_.front().taken, in_copy_.front().taken.size());
+      in_copy_.pop_front();
+    }
+    return success();
+  }
+
+  // Waits for every copy and consumer enqueued, then releases what is in copy.
+  template <class Owner>
+  Result<void> drain(Owner& owner) {
+    BOOST_OUTCOME_TRYV(cuda_result("cudaStreamSynchronize", cudaStreamSynchronize(stream())));
+    return release_copied(owner);
+  }
+
+ private:
+  struct Slot {
+    Slot(std::size_t capacity, std::size_t max_records)
+        : bytes(capacity), records(max_records * sizeof(GpuRecord)), table(max_records * sizeof(GpuRecord)) {}
+    DeviceBuffer bytes;
+    DeviceBuffer records;
+    PinnedBuffer table;  // the descriptors, host side: rewritten only once `consumed` completed
+    CudaEvent copied;    // the records' bytes are on the GPU: the ring may be released
+    CudaEvent consumed;  // the consumer launched after the batch finished: the slot may be reused
+    bool used = false;
+  };
+  struct InCopy {
+    Slot* slot;
+    std::vector<TakenRecord> taken;
+  };
+
+  static Result<bool> completed(const CudaEvent& e);
+  Slot* free_slot();
+  Result<GpuBatch> copy(Slot& slot, std::span<const TakenRecord> taken);
+  Result<void> record_consumed(Slot& slot);
+  const HostRegistration* registration_of(const std::byte* p, std::size_t n) const noexcept;
+
+  GpuDeliveryOptions options_;
+  std::vector<HostRegistration> registrations_;
+  std::deque<Slot> slots_;
+  std::size_t next_slot_ = 0;
+  std::deque<InCopy> in_copy_;
+  CudaStream stream_;
+};
+
+}  // namespace rdmaring::gpu
