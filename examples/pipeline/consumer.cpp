@@ -163,11 +163,14 @@ int run_consumer(const ConsumerOptions& o) {
 
   constexpr std::uint64_t kReportEvery = 1000;
   // One transaction per poll, not per event (README.md next to this file).
-  const auto handler = [&store](const rdmaring::DeliveryBatch& batch) {
+  const auto handler = [&store, &o](const rdmaring::DeliveryBatch& batch) {
     const std::uint64_t before = store.stored();
     store.store(batch);
     if (store.stored() / kReportEvery != before / kReportEvery)
       std::cout << "consumer: " << store.stored() << " events stored" << std::endl;
+    if (o.kill_self_at && before < *o.kill_self_at && store.stored() >= *o.kill_self_at)
+      pipeline::kill_self("consumer: " + std::to_string(store.stored()) + " events stored, the last " +
+                          std::to_string(batch.size()) + " not released");
     return batch.size();
   };
   while (!o.events || store.stored() < *o.events || !store.every_session_ended()) {

@@ -1,8 +1,8 @@
 // An exactly-once event pipeline between two services, and its check (README.md next to this
 // file):
-//   pipeline consumer ADDRESS DATABASE [--control-port P] [--events N] [TLS]
-//   pipeline producer ADDRESS STATE_DIR [--control-port P] [--events N] [--threads T] [TLS]
-//                     [--server-name NAME]
+//   pipeline consumer ADDRESS DATABASE [--control-port P] [--events N] [--kill-self-at K] [TLS]
+//   pipeline producer ADDRESS STATE_DIR [--control-port P] [--events N] [--threads T]
+//                     [--kill-self-at K] [TLS] [--server-name NAME]
 //   pipeline check DATABASE [--events N] [--threads T]
 // TLS: --ca FILE --cert FILE --key FILE (default: RDMARING_CA, RDMARING_CERT, RDMARING_KEY; the
 // producer's --server-name: RDMARING_SERVER_NAME), the control channel's mutual TLS; or
@@ -11,7 +11,10 @@
 // SQLite DATABASE; with --events N it stops once N are stored and every session has ended. The
 // producer sends N events (default 20000) from T threads (default 4), keeping its session's
 // credentials and journal in STATE_DIR; started again after a kill, it carries on. The check
-// compares the database with the N events of T sources (the producer's defaults).
+// compares the database with the N events of T sources (the producer's defaults). --kill-self-at K
+// is a crash test: the process sends itself SIGKILL at a point no outside kill can hit reliably,
+// the consumer once K events are stored and not yet released, the producer once K records are
+// committed to its session.
 #include <kj/exception.h>
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 #include <functional>
 #include <initializer_list>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -34,8 +38,9 @@ namespace {
 using pipeline::UsageError;
 
 constexpr std::string_view kUsage =
-    "usage: pipeline consumer ADDRESS DATABASE [--control-port P] [--events N] [TLS] | "
-    "pipeline producer ADDRESS STATE_DIR [--control-port P] [--events N] [--threads T] [TLS] [--server-name NAME] | "
+    "usage: pipeline consumer ADDRESS DATABASE [--control-port P] [--events N] [--kill-self-at K] [TLS] | "
+    "pipeline producer ADDRESS STATE_DIR [--control-port P] [--events N] [--threads T] [--kill-self-at K] [TLS] "
+    "[--server-name NAME] | "
     "pipeline check DATABASE [--events N] [--threads T]; "
     "TLS: --ca FILE --cert FILE --key FILE (default: RDMARING_CA, RDMARING_CERT, RDMARING_KEY) or --insecure-plaintext";
 
@@ -107,6 +112,9 @@ int run(int argc, char** argv) {
   const auto events = [](std::uint64_t& to) {
     return [&to](std::string_view v) { to = parse_number<std::uint64_t>("--events", v, 1); };
   };
+  const auto kill_self_at = [](std::optional<std::uint64_t>& to) {
+    return [&to](std::string_view v) { to = parse_number<std::uint64_t>("--kill-self-at", v, 1); };
+  };
   const auto threads = [](std::uint32_t& to) {
     return [&to](std::string_view v) { to = parse_number<std::uint32_t>("--threads", v, 1); };
   };
@@ -119,6 +127,7 @@ int run(int argc, char** argv) {
     const auto args = parse(argc, argv, 2,
                             {{"--control-port", port(o.control_port)},
                              {"--events", events(until)},
+                             {"--kill-self-at", kill_self_at(o.kill_self_at)},
                              {"--ca", text(o.security.ca)},
                              {"--cert", text(o.security.certificate)},
                              {"--key", text(o.security.private_key)}},
@@ -137,6 +146,7 @@ int run(int argc, char** argv) {
                             {{"--control-port", port(o.control_port)},
                              {"--events", events(o.events)},
                              {"--threads", threads(o.threads)},
+                             {"--kill-self-at", kill_self_at(o.kill_self_at)},
                              {"--ca", text(o.security.ca)},
                              {"--cert", text(o.security.certificate)},
                              {"--key", text(o.security.private_key)},

@@ -4,8 +4,11 @@
 
 #include <rdmaring/control_security.hpp>
 
+#include <csignal>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -50,6 +53,9 @@ struct ConsumerOptions {
   std::uint16_t control_port = kDefaultControlPort;
   rdmaring::ControlSecurity security;  // mutual TLS unless insecure_plaintext
   std::optional<std::uint64_t> events;  // stop once this many are stored and every session ended
+  // A crash test: SIGKILL itself once this many are stored, right after the transaction that
+  // stored them commits and before the handler returns (the owner has released none of them).
+  std::optional<std::uint64_t> kill_self_at;
 };
 
 struct ProducerOptions {
@@ -59,6 +65,9 @@ struct ProducerOptions {
   rdmaring::ControlSecurity security;  // mutual TLS unless insecure_plaintext; server_name: the owner's
   std::uint64_t events = 20000;
   std::uint32_t threads = 4;
+  // A crash test: SIGKILL itself once the session's records up to sequence N - 1 are committed
+  // (in staging, not yet all published or delivered).
+  std::optional<std::uint64_t> kill_self_at;
 };
 
 struct CheckOptions {
@@ -66,6 +75,13 @@ struct CheckOptions {
   std::uint64_t events = 20000;
   std::uint32_t threads = 4;
 };
+
+// --kill-self-at: says where, then dies as kill -9 would make it (no destructor, no flush).
+[[noreturn]] inline void kill_self(const std::string& where) {
+  std::cout << where << ": sending itself SIGKILL (--kill-self-at)" << std::endl;
+  std::raise(SIGKILL);
+  std::abort();  // SIGKILL cannot be caught or blocked: not reached
+}
 
 // A bad command line: one line, exit status 2.
 struct UsageError : std::runtime_error {

@@ -162,9 +162,24 @@ std::uint32_t message_bytes(std::size_t memo) {
 // record handed over gets its journal entry, then is built in place in the claimed staging span.
 class EventSink {
  public:
-  EventSink(rdmaring::Producer& producer, Journal& journal) : producer_(producer), journal_(journal) {}
+  EventSink(rdmaring::Producer& producer, Journal& journal, std::optional<std::uint64_t> kill_self_at)
+      : producer_(producer), journal_(journal), kill_self_at_(kill_self_at) {}
 
   rdmaring::Result<void> send(std::span<const std::byte> handed) {
+    auto sent = post(handed);
+    if (sent && kill_self_at_ && producer_.next_sequence() == *kill_self_at_)
+      kill_self("producer: sequences below " + std::to_string(*kill_self_at_) + " committed");
+    return sent;
+  }
+  rdmaring::Result<void> progress() { return producer_.progress(); }
+  rdmaring::Result<void> flush() { return producer_.flush(); }
+  bool quiescent() { return producer_.quiescent(); }
+  rdmaring::Result<rdmaring::ResumePoint> recover() { return producer_.recover(); }
+
+  std::uint64_t copies() const { return copies_; }  // read after the poster stopped
+
+ private:
+  rdmaring::Result<void> post(std::span<const std::byte> handed) {
     Fields f{};
     std::memcpy(&f, handed.data(), sizeof f);
     const auto memo = handed.subspan(sizeof f);
@@ -199,16 +214,10 @@ class EventSink {
     if (sent) ++copies_;
     return sent;
   }
-  rdmaring::Result<void> progress() { return producer_.progress(); }
-  rdmaring::Result<void> flush() { return producer_.flush(); }
-  bool quiescent() { return producer_.quiescent(); }
-  rdmaring::Result<rdmaring::ResumePoint> recover() { return producer_.recover(); }
 
-  std::uint64_t copies() const { return copies_; }  // read after the poster stopped
-
- private:
   rdmaring::Producer& producer_;
   Journal& journal_;
+  std::optional<std::uint64_t> kill_self_at_;
   std::uint64_t copies_ = 0;
 };
 
@@ -271,7 +280,7 @@ int run_producer(const ProducerOptions& o) {
   for (const std::uint64_t r : resume) std::cout << ' ' << r;
   std::cout << std::endl;
 
-  EventSink sink(producer, journal);
+  EventSink sink(producer, journal, o.kill_self_at);
   std::mutex errors_mutex;
   std::vector<std::string> errors;
   {
