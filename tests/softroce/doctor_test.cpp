@@ -1,5 +1,6 @@
-// `rdmaring doctor` on a real device: the text report names the device, its link layer and the
-// memlock limit; --json is one object with a devices array; an unknown --device exits 1.
+// `rdmaring doctor` on a real device: the text report names the device, its link layer, the
+// memlock limit, its dma-buf registration and the absent GPU; --json is one object with a devices
+// array; an unknown --device exits 1.
 //
 // The command is the RDMARING_TOOL_BINARY environment variable when set (a build elsewhere),
 // else the RDMARING_TOOL_BINARY compile definition (tests/CMakeLists.txt: $<TARGET_FILE:rdmaring>).
@@ -66,6 +67,8 @@ TEST_CASE("rdmaring doctor reports the device, its link layer and memlock", "[so
   CHECK_THAT(run.out, Catch::Matchers::Contains("tail mode: relies on in-order placement (no relaxed ordering): ok"));
   // Whatever the device grants, the queue's 32 B records must fit inline.
   CHECK_THAT(run.out, Catch::Matchers::Contains("B granted >= 32 B"));
+  CHECK_THAT(run.out, Catch::Matchers::Contains("\n  dma-buf MR        "));
+  CHECK_THAT(run.out, Catch::Matchers::Contains("GPUDirect RDMA: no GPU on the PCI bus"));
   CHECK(run.out.find("\n  FAIL") == std::string::npos);
 }
 
@@ -87,6 +90,12 @@ TEST_CASE("rdmaring doctor --json is one object with a devices array", "[softroc
   CHECK(d["ports"][0]["gid_error"].is_null());
   CHECK_FALSE(d["ports"][0]["gids"].empty());
   CHECK(j["memlock"].contains("soft"));
+  // The dma-buf probe ran on the device (rxe: the call refused or the descriptor refused), and
+  // the guest has no GPU, so no GPUDirect pair.
+  CHECK(d["dmabuf_registration"]["result"] != "not probed");
+  CHECK(d["software"] == true);
+  CHECK(j["gpus"].empty());
+  CHECK(j["gpudirect"].empty());
   REQUIRE_FALSE(j["verdicts"].empty());
   CHECK(j["verdicts"][0].contains("level"));
 }

@@ -199,7 +199,7 @@ TEST_CASE("verdicts follow the capabilities", "[doctor]") {
   d.caps.odp_implicit = true;
   d.caps.dma_bounce = true;
   d.pcie_relaxed_ordering = {true, ""};
-  d.numa_node = 1;
+  d.pci.numa_node = 1;
   d.numa_cpus = "8-15";
   auto vs = device_verdicts(d, p);
   INFO(all_text(vs));

@@ -227,6 +227,20 @@ std::pair<std::optional<std::uint32_t>, int> try_inline(const verbs::ProtectionD
   return {attr.cap.max_inline_data, 0};
 }
 
+struct DeregisterMr {
+  void operator()(ibv_mr* mr) const noexcept { (void)ibv_dereg_mr(mr); }
+};
+
+// With the descriptor -1 a provider or driver without dma-buf support refuses the call itself
+// (libibverbs and the kernel answer EOPNOTSUPP); one with it gets as far as the descriptor.
+void probe_dmabuf_registration(DeviceFacts& d, const verbs::ProtectionDomain& pd) {
+  errno = 0;
+  std::unique_ptr<ibv_mr, DeregisterMr> mr(ibv_reg_dmabuf_mr(pd.get(), 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE));
+  d.dmabuf_errno = mr ? 0 : errno;
+  d.dmabuf_registration = d.dmabuf_errno == EOPNOTSUPP || d.dmabuf_errno == ENOSYS ? DeviceFacts::DmabufReg::unsupported
+                                                                                  : DeviceFacts::DmabufReg::supported;
+}
+
 // The probes that need verbs objects: an RC QP per inline size tried (doubling from 32 B, then
 // bisecting between the last size granted and the first refused), and one page registered
 // with IBV_ACCESS_RELAXED_ORDERING.
@@ -283,6 +297,7 @@ void probe_objects(DeviceFacts& d, const verbs::Context& ctx) {
       d.relaxed_errno = e.error().sys_errno;
       d.relaxed_note = e.what();
     }
+    probe_dmabuf_registration(d, pd);
   } catch (const SetupError& e) {
     d.objects_error = e.what();
   }
@@ -291,34 +306,19 @@ void probe_objects(DeviceFacts& d, const verbs::Context& ctx) {
 void gather_bus(DeviceFacts& d) {
   const std::string base = kSysIb + d.name + "/";
   d.parent = read_line(base + "parent").value_or("");
-  const std::string dev = real_path(base + "device");
-  if (dev.empty()) {
+  d.pci = read_pci_placement("/sys", base + "device");
+  if (d.pci.path.empty()) {
     d.numa_note = "no bus device (a software device such as rxe or siw has no sysfs numa_node)";
+    d.pcie_relaxed_ordering = {std::nullopt, "not a PCI function"};
     return;
   }
-  d.bus_device = base_name(dev);
+  d.bus_device = d.pci.path.front().bdf;
   d.driver = base_name(real_path(base + "device/driver"));
-  d.numa_node = read_int(base + "device/numa_node");
-  if (!d.numa_node) d.numa_note = "no numa_node in sysfs for " + d.bus_device;
-  if (d.numa_node && *d.numa_node >= 0) {
-    d.numa_cpus = read_line("/sys/devices/system/node/node" + std::to_string(*d.numa_node) + "/cpulist").value_or("");
+  if (!d.pci.numa_node) d.numa_note = "no numa_node in sysfs for " + d.bus_device;
+  if (d.pci.numa_node && *d.pci.numa_node >= 0) {
+    d.numa_cpus = read_line("/sys/devices/system/node/node" + std::to_string(*d.pci.numa_node) + "/cpulist").value_or("");
   }
-  const std::string group = real_path(base + "device/iommu_group");
-  if (!group.empty()) d.iommu_group_type = read_line(group + "/type").value_or("unreadable");
-
-  // The device's function, then each bridge above it, as the sysfs path names them.
-  std::vector<std::string> bdfs;
-  std::stringstream parts(dev);
-  for (std::string part; std::getline(parts, part, '/');) {
-    if (is_bdf(part)) bdfs.push_back(part);
-  }
-  std::reverse(bdfs.begin(), bdfs.end());
-  for (const std::string& bdf : bdfs) {
-    const auto cfg = read_bytes("/sys/bus/pci/devices/" + bdf + "/config", 4096);
-    if (bdf == d.bus_device) d.pcie_relaxed_ordering = pcie_relaxed_ordering(cfg);
-    d.pci_path.push_back({bdf, cfg.empty() ? std::string("not readable") : describe_acs(cfg)});
-  }
-  if (d.pci_path.empty()) d.pcie_relaxed_ordering = {std::nullopt, "not a PCI function"};
+  d.pcie_relaxed_ordering = pcie_relaxed_ordering(read_bytes("/sys/bus/pci/devices/" + d.bus_device + "/config", 4096));
 }
 
 DeviceFacts gather_device(ibv_device* dev) {
@@ -485,6 +485,58 @@ void gather_netdevs(Facts& f) {
 
 }  // namespace
 
+PciPlacement read_pci_placement(const std::string& sys_root, const std::string& device_link) {
+  PciPlacement p;
+  const std::string dev = real_path(device_link);
+  if (dev.empty()) return p;
+  // ".../devices/pci0000:00/0000:00:01.0/0000:01:00.0": the host bridge, then each function
+  // from the root port down to the device.
+  std::vector<std::string> bdfs;
+  std::stringstream parts(dev);
+  for (std::string part; std::getline(parts, part, '/');) {
+    if (is_bdf(part)) {
+      bdfs.push_back(part);
+    } else if (bdfs.empty() && part.rfind("pci", 0) == 0) {
+      p.host_bridge = part;
+    }
+  }
+  if (bdfs.empty()) return p;
+  std::reverse(bdfs.begin(), bdfs.end());
+  for (const std::string& bdf : bdfs) {
+    const auto cfg = read_bytes(sys_root + "/bus/pci/devices/" + bdf + "/config", 4096);
+    if (cfg.empty()) {
+      p.path.push_back({bdf, "not readable", std::nullopt});
+    } else {
+      p.path.push_back({bdf, describe_acs(cfg), acs_redirects_peer_to_peer(cfg)});
+    }
+  }
+  p.numa_node = read_int(dev + "/numa_node");
+  const std::string group = real_path(dev + "/iommu_group");
+  if (!group.empty()) p.iommu_group_type = read_line(group + "/type").value_or("unreadable");
+  return p;
+}
+
+std::vector<GpuFacts> gather_gpus(const std::string& sys_root) {
+  std::vector<GpuFacts> gpus;
+  const std::string bus = sys_root + "/bus/pci/devices/";
+  for (const std::string& bdf : list_dir(bus)) {
+    const std::string cls = read_line(bus + bdf + "/class").value_or("");
+    const std::string vendor = read_line(bus + bdf + "/vendor").value_or("");
+    // A 3D controller (0x0302), as compute GPUs present themselves, or a VGA controller (0x0300)
+    // of NVIDIA or AMD; not a server's BMC display (ASPEED) or a virtual machine's.
+    const bool vga_of_gpu_maker = cls.rfind("0x0300", 0) == 0 && (vendor == "0x10de" || vendor == "0x1002");
+    if (cls.rfind("0x0302", 0) != 0 && !vga_of_gpu_maker) continue;
+    GpuFacts g;
+    g.bdf = bdf;
+    g.vendor = vendor;
+    g.device_id = read_line(bus + bdf + "/device").value_or("");
+    g.driver = base_name(real_path(bus + bdf + "/driver"));
+    g.pci = read_pci_placement(sys_root, bus + bdf);
+    gpus.push_back(std::move(g));
+  }
+  return gpus;
+}
+
 Facts gather_facts(const std::string& device_filter) {
   Facts f;
   f.filter = device_filter;
@@ -492,6 +544,8 @@ Facts gather_facts(const std::string& device_filter) {
   f.process = gather_process();
   f.memlock = verbs::read_memlock_state();
   f.iommu = gather_iommu();
+  f.gpus = gather_gpus("/sys");
+  f.nvidia_peermem = exists("/sys/module/nvidia_peermem");
   f.nvidia_smi = run_nvidia_smi();
   gather_netdevs(f);
   return f;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "pci_config.hpp"
+#include "pci_topology.hpp"
 
 #include "rdmaring/verbs/context.hpp"
 #include "rdmaring/verbs/mr.hpp"
@@ -43,11 +44,6 @@ struct PortFacts {
   std::string gid_error;       // why the table could not be read to its end; "" when it was
 };
 
-struct PciFunction {
-  std::string bdf;  // "0000:3b:00.0", the device first, then its upstream bridges
-  std::string acs;
-};
-
 struct DeviceFacts {
   std::string name;
   std::string node_guid;
@@ -74,11 +70,15 @@ struct DeviceFacts {
   std::optional<std::uint32_t> inline_refused;  // the smallest size asked for and refused
   int inline_errno = 0;
 
-  std::optional<int> numa_node;  // -1 is kept: the device's firmware reported none
-  std::string numa_note;         // why numa_node is absent
-  std::string numa_cpus;         // the node's cpulist
-  std::string iommu_group_type;  // "identity", "DMA", "DMA-FQ"; "" when none
-  std::vector<PciFunction> pci_path;
+  // Whether the provider and the kernel driver take a dma-buf registration (ibv_reg_dmabuf_mr,
+  // the route of a ring in GPU memory): probed with no dma-buf at all, so that a refusal of the
+  // call (EOPNOTSUPP) is told apart from one of the descriptor (EBADF).
+  enum class DmabufReg { not_probed, supported, unsupported } dmabuf_registration = DmabufReg::not_probed;
+  int dmabuf_errno = 0;
+
+  PciPlacement pci;       // empty for a software device
+  std::string numa_note;  // why pci.numa_node is absent
+  std::string numa_cpus;  // the node's cpulist
 
   bool software() const { return bus_device.empty(); }
   bool any_port_active() const {
@@ -98,6 +98,16 @@ struct IommuFacts {
   std::vector<std::string> cmdline;        // iommu=, intel_iommu=, amd_iommu=, iommu.* arguments
   std::optional<int> groups;               // nullopt: /sys/kernel/iommu_groups absent
   std::map<std::string, int> group_types;  // default domain type -> groups
+};
+
+// A GPU on the PCI bus (a 3D controller, or an NVIDIA or AMD VGA controller), found from sysfs
+// without its driver's libraries, so that the doctor can place it beside the RDMA devices.
+struct GpuFacts {
+  std::string bdf;
+  std::string vendor;     // "0x10de"
+  std::string device_id;  // "0x2330"
+  std::string driver;     // "nvidia"; "" when none is bound
+  PciPlacement pci;
 };
 
 struct ToolOutput {
@@ -120,7 +130,9 @@ struct Facts {
   ProcessFacts process;
   verbs::MemlockState memlock;  // limits, CAP_IPC_LOCK, VmPin, VmLck
   IommuFacts iommu;
-  ToolOutput nvidia_smi;  // `nvidia-smi topo -m`
+  std::vector<GpuFacts> gpus;
+  bool nvidia_peermem = false;  // /sys/module/nvidia_peermem: the peer-memory route's module
+  ToolOutput nvidia_smi;        // `nvidia-smi topo -m`
   std::vector<std::string> rdma_netdevs;
   std::vector<ArpScope> arp;  // read only when there are several RDMA netdevs
 };
@@ -130,5 +142,15 @@ struct Facts {
 // page with IBV_ACCESS_RELAXED_ORDERING; it connects nothing. What cannot be read is recorded
 // in the facts, never thrown.
 Facts gather_facts(const std::string& device_filter);
+
+// The GPUs under a sysfs tree ("/sys", or a made-up one in the tests), each placed by
+// read_pci_placement.
+std::vector<GpuFacts> gather_gpus(const std::string& sys_root);
+
+// Places the function a sysfs device link points to (".../device" of an RDMA device, or
+// bus/pci/devices/BDF): its host bridge, its bridges with their ACS (from each one's config
+// under `sys_root`), NUMA node and IOMMU group type. An empty placement when the link does not
+// lead to a PCI function.
+PciPlacement read_pci_placement(const std::string& sys_root, const std::string& device_link);
 
 }  // namespace rdmaring::doctor

@@ -130,4 +130,10 @@ std::string odp_rc_names(std::uint32_t caps) {
   return s.empty() ? "none" : s;
 }
 
+std::string joined(const std::vector<std::string>& items, std::string_view sep, const std::string& none) {
+  std::string s;
+  for (const std::string& i : items) s += (s.empty() ? "" : std::string(sep)) + i;
+  return s.empty() ? none : s;
+}
+
 }  // namespace rdmaring::doctor

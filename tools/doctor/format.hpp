@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace rdmaring::doctor {
 
@@ -33,6 +34,9 @@ std::optional<std::set<int>> parse_id_list(std::string_view s);
 
 // The inverse: "0-3,8,10-11"; "" for none.
 std::string format_id_list(const std::set<int>& ids);
+
+// "a, b, c" with `sep` between, or `none` for an empty list.
+std::string joined(const std::vector<std::string>& items, std::string_view sep, const std::string& none = "");
 
 // The RC operations ODP covers ("SEND RECV WRITE"), "none" for none.
 std::string odp_rc_names(std::uint32_t caps);

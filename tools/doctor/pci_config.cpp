@@ -1,6 +1,7 @@
 #include "pci_config.hpp"
 
 #include <cstdio>
+#include <utility>
 
 namespace rdmaring::doctor {
 namespace {
@@ -37,12 +38,20 @@ PciBit pcie_relaxed_ordering(const std::vector<std::uint8_t>& cfg) {
   return {std::nullopt, "no PCI Express capability"};
 }
 
-std::string describe_acs(const std::vector<std::uint8_t>& cfg) {
+namespace {
+
+struct Acs {
+  std::uint16_t cap = 0;
+  std::uint16_t ctrl = 0;
+};
+
+// The ACS extended capability's registers, or why they cannot be read ("" with nullopt: the
+// function has no ACS capability).
+std::pair<std::optional<Acs>, std::string> find_acs(const std::vector<std::uint8_t>& cfg) {
   if (cfg.size() <= 0x100) {
-    return cfg.size() <= 64 ? "not readable (extended configuration space needs root)"
-                            : "no extended configuration space (conventional PCI view)";
+    return {std::nullopt, cfg.size() <= 64 ? "not readable (extended configuration space needs root)"
+                                           : "no extended configuration space (conventional PCI view)"};
   }
-  static constexpr const char* kBits[] = {"SV", "TB", "RR", "CR", "UF", "EC", "DT"};
   std::size_t off = 0x100;
   // As above: a corrupt extended list must not loop forever.
   for (int guard = 0; off >= 0x100 && guard < 96; ++guard) {
@@ -51,20 +60,37 @@ std::string describe_acs(const std::vector<std::uint8_t>& cfg) {
     if ((*header & 0xffffU) == 0x000d) {
       const auto cap = cfg16(cfg, off + 4);
       const auto ctrl = cfg16(cfg, off + 6);
-      if (!cap || !ctrl) return "not readable";
-      std::string on, offered;
-      for (int b = 0; b < 7; ++b) {
-        if (*cap & (1U << b)) offered += std::string(offered.empty() ? "" : " ") + kBits[b];
-        if (*ctrl & (1U << b)) on += std::string(on.empty() ? "" : " ") + kBits[b];
-      }
-      char buf[16];
-      std::snprintf(buf, sizeof buf, "ctrl 0x%04x", *ctrl);
-      return std::string(buf) + ": " + (on.empty() ? "none" : on) + " on (offers " +
-             (offered.empty() ? "none" : offered) + ")";
+      if (!cap || !ctrl) return {std::nullopt, "not readable"};
+      return {Acs{*cap, *ctrl}, ""};
     }
     off = (*header >> 20) & 0xffcU;
   }
-  return "no ACS capability";
+  return {std::nullopt, ""};
+}
+
+}  // namespace
+
+std::string describe_acs(const std::vector<std::uint8_t>& cfg) {
+  const auto [acs, why] = find_acs(cfg);
+  if (!acs) return why.empty() ? "no ACS capability" : why;
+  static constexpr const char* kBits[] = {"SV", "TB", "RR", "CR", "UF", "EC", "DT"};
+  std::string on, offered;
+  for (int b = 0; b < 7; ++b) {
+    if (acs->cap & (1U << b)) offered += std::string(offered.empty() ? "" : " ") + kBits[b];
+    if (acs->ctrl & (1U << b)) on += std::string(on.empty() ? "" : " ") + kBits[b];
+  }
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "ctrl 0x%04x", acs->ctrl);
+  return std::string(buf) + ": " + (on.empty() ? "none" : on) + " on (offers " + (offered.empty() ? "none" : offered) + ")";
+}
+
+std::optional<bool> acs_redirects_peer_to_peer(const std::vector<std::uint8_t>& cfg) {
+  constexpr std::uint16_t kRequestRedirect = 1U << 2;
+  constexpr std::uint16_t kCompletionRedirect = 1U << 3;
+  constexpr std::uint16_t kEgressControl = 1U << 5;
+  const auto [acs, why] = find_acs(cfg);
+  if (!acs) return why.empty() ? std::optional<bool>(false) : std::nullopt;
+  return (acs->ctrl & (kRequestRedirect | kCompletionRedirect | kEgressControl)) != 0;
 }
 
 }  // namespace rdmaring::doctor

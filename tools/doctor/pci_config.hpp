@@ -26,4 +26,9 @@ PciBit pcie_relaxed_ordering(const std::vector<std::uint8_t>& cfg);
 // UF)", "no ACS capability", or why it cannot be read.
 std::string describe_acs(const std::vector<std::uint8_t>& cfg);
 
+// Whether ACS makes a bridge send peer-to-peer traffic up toward the root complex instead of
+// across to its peer (P2P Request or Completion Redirect, or Egress Control on): true or false,
+// nullopt when the capability cannot be read. A function without ACS redirects nothing.
+std::optional<bool> acs_redirects_peer_to_peer(const std::vector<std::uint8_t>& cfg);
+
 }  // namespace rdmaring::doctor

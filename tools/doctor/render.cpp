@@ -60,13 +60,6 @@ std::string opt_int(const std::optional<int>& v) { return v ? std::to_string(*v)
 
 std::string limit_phrase(const std::optional<std::uint64_t>& v) { return v ? format_bytes(*v) : std::string("unlimited"); }
 
-// "a, b, c", or `none` for an empty list.
-std::string joined(const std::vector<std::string>& items, std::string_view sep, const std::string& none = "") {
-  std::string s;
-  for (const std::string& i : items) s += (s.empty() ? "" : std::string(sep)) + i;
-  return s.empty() ? none : s;
-}
-
 // ----- text -------------------------------------------------------------------------------------
 
 class TextWriter {
@@ -158,6 +151,58 @@ void text_caps(TextWriter& t, const DeviceFacts& d) {
                      std::to_string(c.max_qp_rd_atom));
 }
 
+// The IOMMU group and the PCI path with each function's ACS; the NUMA node is the caller's.
+void text_placement(TextWriter& t, const PciPlacement& p, const std::string& no_path) {
+  t.kv("IOMMU group", p.iommu_group_type.empty() ? std::string("none") : "domain type " + p.iommu_group_type);
+  if (p.path.empty()) {
+    t.kv("PCI path, ACS", no_path);
+    return;
+  }
+  for (std::size_t i = 0; i < p.path.size(); ++i) {
+    t.kv(i == 0 ? "PCI path, ACS" : "", p.path[i].bdf + (i == 0 ? " (device)" : "") + ": ACS " + p.path[i].acs);
+  }
+  t.kv("", p.host_bridge + " (host bridge)");
+}
+
+std::string dmabuf_phrase(const DeviceFacts& d) {
+  switch (d.dmabuf_registration) {
+    case DeviceFacts::DmabufReg::supported:
+      return "taken by the provider and driver (a probe without a dma-buf got as far as the descriptor: " +
+             errno_name(d.dmabuf_errno) + ")";
+    case DeviceFacts::DmabufReg::unsupported: return "refused (ibv_reg_dmabuf_mr: " + errno_name(d.dmabuf_errno) + ")";
+    case DeviceFacts::DmabufReg::not_probed: return "not probed (no PD)";
+  }
+  return "?";
+}
+
+const char* dmabuf_name(DeviceFacts::DmabufReg r) {
+  switch (r) {
+    case DeviceFacts::DmabufReg::supported: return "supported";
+    case DeviceFacts::DmabufReg::unsupported: return "unsupported";
+    case DeviceFacts::DmabufReg::not_probed: return "not probed";
+  }
+  return "?";
+}
+
+void text_gpus(TextWriter& t, const Facts& f, const Verdicts& v) {
+  t.section("GPUs and GPUDirect RDMA (sysfs)");
+  if (f.gpus.empty()) t.kv("GPUs", "none (no 3D controller, no NVIDIA or AMD VGA controller on the PCI bus)");
+  for (const GpuFacts& g : f.gpus) {
+    t.kv("GPU " + g.bdf, g.vendor + ":" + g.device_id + (g.driver.empty() ? ", no driver bound" : ", driver " + g.driver));
+    t.kv("NUMA node", g.pci.numa_node ? std::to_string(*g.pci.numa_node) : std::string("absent"), 4);
+    text_placement(t, g.pci, "unknown");
+  }
+  t.kv("nvidia_peermem", f.nvidia_peermem ? "loaded (the peer-memory route; rdmaring uses dma-buf)" : "not loaded");
+  for (const GpuDirect& p : v.gpudirect) {
+    if (!p.route) continue;
+    t.kv(p.gpu + " <-> " + p.device, std::string(path_class_name(p.route->cls)) + ": " + p.route->why);
+    if (!p.route->crossed.empty()) t.kv("bridges crossed", joined(p.route->crossed, ", "), 4);
+  }
+  t.kv("route taken", {"GPU delivery (gpu/) reads a host ring with the GPU's copy engine, whatever the verdicts below;",
+                       "a GPU-resident ring needs GPUDirect RDMA possible and CUDA's dma-buf export, which gpu/ checks",
+                       "when asked for one, refusing by name"});
+}
+
 void text_device(TextWriter& t, const DeviceFacts& d, const std::vector<Verdict>& verdicts) {
   t.section("device " + d.name + (usable(d) ? "" : " (not usable)"));
   t.kv("node GUID", d.node_guid);
@@ -180,24 +225,18 @@ void text_device(TextWriter& t, const DeviceFacts& d, const std::vector<Verdict>
   for (const PortFacts& p : d.ports) text_port(t, p);
   if (d.queried) text_caps(t, d);
   if (!d.objects_ok && !d.objects_error.empty()) t.kv("PD/CQ/QP", "failed: " + d.objects_error);
-  if (d.numa_node) {
-    t.kv("NUMA node", std::to_string(*d.numa_node) + (d.numa_cpus.empty() ? "" : " (CPUs " + d.numa_cpus + ")"));
+  if (d.pci.numa_node) {
+    t.kv("NUMA node", std::to_string(*d.pci.numa_node) + (d.numa_cpus.empty() ? "" : " (CPUs " + d.numa_cpus + ")"));
   } else {
     t.kv("NUMA node", "absent: " + d.numa_note);
   }
-  t.kv("IOMMU group", d.iommu_group_type.empty() ? std::string("none") : "domain type " + d.iommu_group_type);
-  if (d.pci_path.empty()) {
-    t.kv("PCI path, ACS", d.software() ? "none (software device)" : "unknown");
-  } else {
-    for (std::size_t i = 0; i < d.pci_path.size(); ++i) {
-      t.kv(i == 0 ? "PCI path, ACS" : "", d.pci_path[i].bdf + (i == 0 ? " (device)" : "") + ": ACS " + d.pci_path[i].acs);
-    }
-  }
+  text_placement(t, d.pci, d.software() ? "none (software device)" : "unknown");
+  t.kv("dma-buf MR", dmabuf_phrase(d));
   t.kv("verdicts", std::vector<std::string>{});
   t.verdicts(verdicts, 4);
 }
 
-void text_host(TextWriter& t, const Facts& f) {
+void text_host(TextWriter& t, const Facts& f, const Verdicts& v) {
   t.section("process");
   t.kv("CPU affinity", f.process.affinity_error.empty()
                            ? format_id_list(f.process.cpus) + " (" + std::to_string(f.process.cpus.size()) + " CPUs)"
@@ -232,6 +271,8 @@ void text_host(TextWriter& t, const Facts& f) {
     t.raw(f.nvidia_smi.output, 2);
   }
 
+  text_gpus(t, f, v);
+
   t.section("ARP (rdma_cm address resolution)");
   t.kv("RDMA netdevs", joined(f.rdma_netdevs, ", ", "none"));
   for (const ArpScope& a : f.arp) {
@@ -250,10 +291,14 @@ Json or_null(const std::optional<T>& v) {
   return v ? Json(*v) : Json(nullptr);
 }
 
+Json json_verdict(const Verdict& v) {
+  // Lower case in JSON: "FAIL" is shouted only for a person.
+  return {{"level", v.level == Level::fail ? "fail" : level_name(v.level)}, {"text", v.text}};
+}
+
 Json json_verdicts(const std::vector<Verdict>& vs) {
   Json a = Json::array();
-  // Lower case in JSON: "FAIL" is shouted only for a person.
-  for (const Verdict& v : vs) a.push_back({{"level", v.level == Level::fail ? "fail" : level_name(v.level)}, {"text", v.text}});
+  for (const Verdict& v : vs) a.push_back(json_verdict(v));
   return a;
 }
 
@@ -304,11 +349,53 @@ Json json_caps(const DeviceFacts& d) {
           {"device_cap_flags_ex", c.device_cap_flags}};
 }
 
+Json json_pci_path(const PciPlacement& p) {
+  Json a = Json::array();
+  for (const PciFunction& f : p.path) a.push_back({{"bdf", f.bdf}, {"acs", f.acs}, {"acs_redirects", or_null(f.acs_redirects)}});
+  return a;
+}
+
+Json json_gpus(const Facts& f) {
+  Json a = Json::array();
+  for (const GpuFacts& g : f.gpus) {
+    a.push_back({{"bdf", g.bdf},
+                 {"vendor", g.vendor},
+                 {"device", g.device_id},
+                 {"driver", or_null(g.driver)},
+                 {"numa_node", or_null(g.pci.numa_node)},
+                 {"iommu_group_type", or_null(g.pci.iommu_group_type)},
+                 {"host_bridge", or_null(g.pci.host_bridge)},
+                 {"pci_path", json_pci_path(g.pci)}});
+  }
+  return a;
+}
+
+Json json_gpudirect(const Verdicts& v) {
+  Json a = Json::array();
+  for (const GpuDirect& p : v.gpudirect) {
+    Json route = nullptr;
+    if (p.route) {
+      route = {{"class", path_class_name(p.route->cls)},
+               {"words", path_class_words(p.route->cls)},
+               {"why", p.route->why},
+               {"crossed", p.route->crossed},
+               {"acs_redirecting", p.route->redirecting},
+               {"acs_unknown", p.route->acs_unknown}};
+    }
+    a.push_back({{"gpu", p.gpu},
+                 {"rdma_device", p.device},
+                 {"route", std::move(route)},
+                 {"possible", p.possible()},
+                 {"because_not", p.because_not},
+                 {"caveats", p.caveats},
+                 {"verdict", json_verdict(p.verdict)}});
+  }
+  return a;
+}
+
 Json json_device(const DeviceFacts& d, const std::vector<Verdict>& verdicts) {
   Json ports = Json::array();
   for (const PortFacts& p : d.ports) ports.push_back(json_port(p));
-  Json pci_path = Json::array();
-  for (const PciFunction& f : d.pci_path) pci_path.push_back({{"bdf", f.bdf}, {"acs", f.acs}});
   return {{"name", d.name},
           {"usable", usable(d)},
           {"error", or_null(d.error)},
@@ -322,11 +409,13 @@ Json json_device(const DeviceFacts& d, const std::vector<Verdict>& verdicts) {
           {"ports", std::move(ports)},
           {"caps", d.queried ? json_caps(d) : Json(nullptr)},
           {"objects", {{"created", d.objects_ok}, {"error", or_null(d.objects_error)}}},
-          {"numa_node", or_null(d.numa_node)},
+          {"numa_node", or_null(d.pci.numa_node)},
           {"numa_note", or_null(d.numa_note)},
           {"numa_cpus", or_null(d.numa_cpus)},
-          {"iommu_group_type", or_null(d.iommu_group_type)},
-          {"pci_path", std::move(pci_path)},
+          {"iommu_group_type", or_null(d.pci.iommu_group_type)},
+          {"host_bridge", or_null(d.pci.host_bridge)},
+          {"pci_path", json_pci_path(d.pci)},
+          {"dmabuf_registration", {{"result", dmabuf_name(d.dmabuf_registration)}, {"errno", d.dmabuf_errno}}},
           {"verdicts", json_verdicts(verdicts)}};
 }
 
@@ -344,7 +433,7 @@ std::string render_text(const Facts& f, const Verdicts& v) {
   t.section(head);
   if (!f.device_error.empty()) t.raw(f.device_error, 2);
   for (std::size_t i = 0; i < f.devices.size(); ++i) text_device(t, f.devices[i], v.devices.at(i));
-  text_host(t, f);
+  text_host(t, f, v);
   t.section("verdicts (host)");
   t.verdicts(v.host, 2);
   return t.str();
@@ -383,6 +472,9 @@ std::string render_json(const Facts& f, const Verdicts& v) {
         {"cmdline", f.iommu.cmdline},
         {"groups", or_null(f.iommu.groups)},
         {"group_types", std::move(group_types)}}},
+      {"gpus", json_gpus(f)},
+      {"nvidia_peermem", f.nvidia_peermem},
+      {"gpudirect", json_gpudirect(v)},
       {"nvidia_smi_topo", f.nvidia_smi.present ? Json{{"path", f.nvidia_smi.path},
                                                       {"status", f.nvidia_smi.status},
                                                       {"output", f.nvidia_smi.output}}

@@ -5,6 +5,7 @@
 #include "rdmaring/wire.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace rdmaring::doctor {
 namespace {
@@ -145,10 +146,10 @@ Verdict dma_bounce_verdict(const DeviceFacts& d) {
 }
 
 Verdict numa_verdict(const DeviceFacts& d, const ProcessFacts& process) {
-  if (!d.numa_node) return {Level::info, "NUMA: " + d.name + " has no node: " + d.numa_note};
-  if (*d.numa_node < 0) return {Level::info, "NUMA: " + d.name + " reports no node (-1): locality unknown"};
+  if (!d.pci.numa_node) return {Level::info, "NUMA: " + d.name + " has no node: " + d.numa_note};
+  if (*d.pci.numa_node < 0) return {Level::info, "NUMA: " + d.name + " reports no node (-1): locality unknown"};
   const auto node_cpus = parse_id_list(d.numa_cpus);
-  const std::string node = "NUMA: " + d.name + " on node " + std::to_string(*d.numa_node);
+  const std::string node = "NUMA: " + d.name + " on node " + std::to_string(*d.pci.numa_node);
   if (!node_cpus || node_cpus->empty() || process.cpus.empty()) {
     return {Level::info, node + " (CPUs of the node or of the process unknown)"};
   }
@@ -158,8 +159,8 @@ Verdict numa_verdict(const DeviceFacts& d, const ProcessFacts& process) {
   }
   if (off.empty()) return {Level::ok, node + ", the process runs on its CPUs (" + format_id_list(process.cpus) + ")"};
   return {Level::warn, node + " (CPUs " + d.numa_cpus + "), but the process may run on CPUs " + format_id_list(off) +
-                           " off it: pin it (numactl --cpunodebind=" + std::to_string(*d.numa_node) +
-                           " --membind=" + std::to_string(*d.numa_node) + ")"};
+                           " off it: pin it (numactl --cpunodebind=" + std::to_string(*d.pci.numa_node) +
+                           " --membind=" + std::to_string(*d.pci.numa_node) + ")"};
 }
 
 }  // namespace
@@ -274,6 +275,85 @@ std::vector<Verdict> device_verdicts(const DeviceFacts& d, const ProcessFacts& p
   return v;
 }
 
+namespace {
+
+bool translated(const std::string& iommu_group_type) { return iommu_group_type.rfind("DMA", 0) == 0; }
+
+std::string listed(const std::vector<std::string>& items) { return joined(items, ", "); }
+
+}  // namespace
+
+GpuDirect gpudirect(const GpuFacts& g, const DeviceFacts& d) {
+  GpuDirect r;
+  const auto no = [&r](std::string why) { r.because_not.push_back(std::move(why)); };
+  if (d.software()) {
+    no(d.name + " is a software device" + (d.parent.empty() ? std::string() : " over " + d.parent) +
+       ": it has no DMA engine, the CPU copies what it places, so GPU memory would be read by the CPU");
+    return r;
+  }
+  if (g.pci.path.empty() || g.pci.host_bridge.empty() || d.pci.host_bridge.empty()) {
+    no("the PCI path of " + (g.pci.host_bridge.empty() ? "GPU " + g.bdf : d.name) + " is not in sysfs");
+    return r;
+  }
+  r.route = route_between(g.pci, d.pci);
+  const PciRoute& route = *r.route;
+  switch (route.cls) {
+    case PathClass::pix:
+    case PathClass::pxb:
+      if (!route.redirecting.empty()) {
+        no("ACS on " + listed(route.redirecting) +
+           " redirects peer-to-peer requests to the root complex (P2P Request/Completion Redirect or Egress Control on): "
+           "turn it off there (the kernel's pci=disable_acs_redir=, or setpci)");
+      }
+      if (!route.acs_unknown.empty()) {
+        r.caveats.push_back("ACS of " + listed(route.acs_unknown) +
+                            " not readable (configuration space past 64 bytes needs root): run as root to know "
+                            "whether it redirects peer-to-peer traffic");
+      }
+      break;
+    case PathClass::phb:
+    case PathClass::node:
+      r.caveats.push_back(std::string("the transfer goes ") + path_class_words(route.cls) +
+                          ": peer-to-peer through a root complex is slow or unsupported on many CPUs; measure it "
+                          "(ib_write_bw --use_cuda) before relying on it");
+      break;
+    case PathClass::sys:
+      no(std::string("the transfer would go ") + path_class_words(route.cls) + " (" + route.why +
+         "): GPUDirect RDMA is not supported across it");
+      break;
+  }
+  for (const auto& [who, type] : {std::pair{"GPU " + g.bdf, g.pci.iommu_group_type}, std::pair{d.name, d.pci.iommu_group_type}}) {
+    if (translated(type)) {
+      no("the IOMMU translates DMA for " + who + " (domain type " + type +
+         "): GPUDirect RDMA needs it off or in pass-through (iommu=pt)");
+    }
+  }
+  switch (d.dmabuf_registration) {
+    case DeviceFacts::DmabufReg::unsupported:
+      no(d.name + " refuses dma-buf registration (ibv_reg_dmabuf_mr: " + errno_name(d.dmabuf_errno) +
+         "), rdmaring's only way to register GPU memory");
+      break;
+    case DeviceFacts::DmabufReg::not_probed:
+      r.caveats.push_back(d.name + "'s dma-buf registration not probed (no PD could be made)");
+      break;
+    case DeviceFacts::DmabufReg::supported: break;
+  }
+  if (g.driver.empty()) r.caveats.push_back("no driver bound to GPU " + g.bdf);
+  return r;
+}
+
+namespace {
+
+Verdict gpudirect_verdict(const GpuFacts& g, const DeviceFacts& d, const GpuDirect& p) {
+  std::string text = "GPUDirect RDMA GPU " + g.bdf + " <-> " + d.name + ": ";
+  if (p.route) text += std::string(path_class_name(p.route->cls)) + " (" + path_class_words(p.route->cls) + "), ";
+  if (!p.possible()) return {Level::warn, text + "not possible: because " + listed(p.because_not)};
+  if (p.caveats.empty()) return {Level::ok, text + "possible"};
+  return {Level::warn, text + "possible, but " + listed(p.caveats)};
+}
+
+}  // namespace
+
 Verdicts judge(const Facts& f, std::uint64_t ring_bytes) {
   Verdicts r;
   r.ring_bytes = ring_bytes;
@@ -285,6 +365,23 @@ Verdicts judge(const Facts& f, std::uint64_t ring_bytes) {
   }
   r.host.push_back(memlock_verdict(f.memlock, ring_bytes));
   for (Verdict& v : arp_verdicts(f.rdma_netdevs, f.arp)) r.host.push_back(std::move(v));
+  for (const GpuFacts& g : f.gpus) {
+    for (std::size_t i = 0; i < f.devices.size(); ++i) {
+      GpuDirect p = gpudirect(g, f.devices[i]);
+      p.gpu = g.bdf;
+      p.device = f.devices[i].name;
+      p.verdict = gpudirect_verdict(g, f.devices[i], p);
+      r.host.push_back(p.verdict);
+      r.gpudirect.push_back(std::move(p));
+    }
+  }
+  if (f.gpus.empty()) {
+    r.host.push_back({Level::info, "GPUDirect RDMA: no GPU on the PCI bus (no 3D controller, no NVIDIA or AMD VGA controller in /sys/bus/pci/devices)"});
+  } else if (f.devices.empty()) {
+    std::vector<std::string> bdfs;
+    for (const GpuFacts& g : f.gpus) bdfs.push_back(g.bdf);
+    r.host.push_back({Level::warn, "GPUDirect RDMA: not possible for GPU " + listed(bdfs) + ": because there is no RDMA device"});
+  }
   if (f.iommu.groups && *f.iommu.groups > 0) {
     r.host.push_back({Level::info, "IOMMU: " + iommu_mode(f.iommu) +
                                        (f.iommu.group_types.count("identity") ? "" : "; registration maps every ring page through it")});

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,10 +23,26 @@ struct Verdict {
   std::string text;
 };
 
+// Whether a ring in one GPU's memory could be written by one RDMA device directly, and why not.
+struct GpuDirect {
+  std::string gpu;     // the GPU's BDF
+  std::string device;  // the RDMA device's name
+  std::optional<PciRoute> route;         // absent when one of them is not on the PCI bus
+  std::vector<std::string> because_not;  // each a reason it is impossible
+  std::vector<std::string> caveats;      // possible, but each of these may stop it or slow it
+  Verdict verdict;
+  bool possible() const { return because_not.empty(); }
+};
+
+// The pair's route (path class, ACS on the bridges crossed), its IOMMU groups and the device's
+// dma-buf registration, judged; gpu, device and verdict are left for judge() to fill.
+GpuDirect gpudirect(const GpuFacts& g, const DeviceFacts& d);
+
 struct Verdicts {
   std::uint64_t ring_bytes = 0;              // the ring size the memlock verdict counted with
   std::vector<std::vector<Verdict>> devices;  // one list per Facts::devices entry, in order
-  std::vector<Verdict> host;
+  std::vector<GpuDirect> gpudirect;           // one per GPU and RDMA device pair
+  std::vector<Verdict> host;                  // the gpudirect verdicts among them
 };
 
 // What exit status 0 promises: the device opens, a port is ACTIVE, and the objects a
