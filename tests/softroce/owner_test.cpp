@@ -173,6 +173,7 @@ TEST_CASE("a fault in one of four sessions harms that session only, and poll nev
   std::vector<SessionId> ids(kSessions);
   std::vector<std::string> errors(kSessions);
   std::atomic<int> attached{0};
+  std::atomic<bool> injected{false};
   std::vector<std::thread> threads;
   for (int i = 0; i < kSessions; ++i) {
     threads.emplace_back([&, i] {
@@ -184,7 +185,12 @@ TEST_CASE("a fault in one of four sessions harms that session only, and poll nev
         // send queue filled, it cannot finish.
         const std::uint64_t end = i == 0 && fault == OwnerDataPlane::Fault::drop_credit_completions
                                        ? std::numeric_limits<std::uint64_t>::max() : kRecords;
-        if (auto r = send_until(p, end, stop); !r) errors[i] = r.error().message();
+        // The victim waits halfway for the fault: a test thread the loaded guest starved must not
+        // find its stream already finished, with no publish or credit left for the fault to hit.
+        Result<void> r = i == 0 ? send_until(p, kRecords / 2, stop) : Result<void>(success());
+        while (r && i == 0 && !injected && !stop) std::this_thread::sleep_for(1ms);
+        if (r) r = send_until(p, end, stop);
+        if (!r) errors[i] = r.error().message();
         // The session stays until the end: its lease must not close it while the test counts closes.
         while (!stop) std::this_thread::sleep_for(10ms);
       } catch (const std::exception& e) {
@@ -196,6 +202,7 @@ TEST_CASE("a fault in one of four sessions harms that session only, and poll nev
   // The fault lands mid-stream, with the others streaming beside it.
   REQUIRE(wait_for([&] { return delivered(ids[0]) >= kRecords / 10; }, 120s));
   RingOwnerTestAccess::inject(*owner, ids[0], fault);
+  injected = true;
   const bool others_done = wait_for(
       [&] {
         for (int i = 1; i < kSessions; ++i)
@@ -225,6 +232,12 @@ TEST_CASE("a fault in one of four sessions harms that session only, and poll nev
   const bool victim_heals = fault == OwnerDataPlane::Fault::refuse_next_credit_post ||
                             fault == OwnerDataPlane::Fault::qp_error;
   if (victim_heals) CHECK(wait_for([&] { return delivered(ids[0]) >= kRecords; }, 300s));
+  // The others may be done before the victim publishes again: its end is waited for, not assumed.
+  if (fault == OwnerDataPlane::Fault::corrupt_next_immediate)
+    CHECK(wait_for([&] {
+      std::lock_guard lock(closed_m);
+      return !closed.empty();
+    }, 300s));
   stop = true;
   for (auto& t : threads) t.join();
   audit.stop();
