@@ -13,8 +13,8 @@
 // and, side by side, the floors for the same records: a Boost.Lockfree spsc_queue handing
 // (length, bytes) between the same threads (split and pipelined, like the above), and a memcpy
 // of the bytes (with a crc32c pass when the ring checks payloads).
-// Then the cost as sessions grow: 1, 16, 64, 256 sessions of 64 B records on one OwnerCore,
-// split: owner ns per record and per empty poll.
+// Then the cost as sessions grow: 1, 16, 64, 256 sessions of 64 B records on one OwnerCore (all
+// of them publishing, or --active percent), split: owner ns per record and per empty poll.
 //
 // Instructions per record: the turns are functions of their own (producer_turn, nic_turn,
 // owner_turn, spsc_push_turn, spsc_pop_turn, memcpy_turn) so that callgrind's inclusive counts
@@ -286,7 +286,7 @@ std::size_t Owner::poll() {
 
 // ---- the turns (functions of their own, for callgrind) -------------------------------------------
 
-[[gnu::noinline]] std::uint64_t producer_turn(std::vector<std::unique_ptr<Stream>>& streams,
+[[gnu::noinline]] std::uint64_t producer_turn(std::span<const std::unique_ptr<Stream>> streams,
                                               std::span<const std::byte> payload, std::uint64_t per_stream,
                                               std::uint64_t left) {
   std::uint64_t sent = 0;
@@ -326,8 +326,9 @@ std::vector<std::byte> payload_of(std::uint32_t size) {
   return p;
 }
 
-// `per_stream`: records each session sends per producer turn (one publish each, at least).
-Split run_split(const Config& c, std::size_t sessions, std::uint64_t per_stream) {
+// `per_stream`: records each of the first `active` sessions sends per producer turn (one publish
+// each, at least); the others stay attached and idle.
+Split run_split(const Config& c, std::size_t sessions, std::uint64_t per_stream, std::size_t active) {
   Owner owner(c, sessions);
   std::vector<std::unique_ptr<Stream>> streams;
   for (std::size_t i = 0; i < sessions; ++i) streams.push_back(std::make_unique<Stream>(owner, c, true));
@@ -336,7 +337,7 @@ Split run_split(const Config& c, std::size_t sessions, std::uint64_t per_stream)
   std::uint64_t sent = 0, idle_rounds = 0;
   while (owner.delivered() < c.records) {
     const auto t0 = Clock::now();
-    const std::uint64_t s = producer_turn(streams, payload, per_stream, c.records - sent);
+    const std::uint64_t s = producer_turn(std::span(streams).first(active), payload, per_stream, c.records - sent);
     const auto t1 = Clock::now();
     nic_turn(streams);
     const auto t2 = Clock::now();
@@ -501,9 +502,11 @@ struct Options {
   std::vector<wire::PayloadCheck> checks{wire::PayloadCheck::none, wire::PayloadCheck::crc32c};
   std::vector<wire::PublishMode> modes{wire::PublishMode::imm, wire::PublishMode::tail};
   std::vector<std::uint32_t> sessions{1, 16, 64, 256};
+  unsigned active_percent = 100;  // of the sweep's sessions, those that publish
   unsigned runs = 5;
   std::optional<std::uint64_t> records;
   bool split_only = false;
+  bool sessions_only = false;
   std::string json;
 };
 
@@ -535,9 +538,10 @@ double median_of(unsigned runs, const std::function<double()>& run) {
   return median_each<Figure>(runs, {&Figure::value}, [&] { return Figure{run()}; }).value;
 }
 
-Split median_split(unsigned runs, const Config& c, std::size_t sessions, std::uint64_t per_stream) {
+Split median_split(unsigned runs, const Config& c, std::size_t sessions, std::uint64_t per_stream,
+                   std::size_t active) {
   return median_each<Split>(runs, {&Split::producer, &Split::nic, &Split::owner, &Split::empty_poll},
-                            [&] { return run_split(c, sessions, per_stream); });
+                            [&] { return run_split(c, sessions, per_stream, active); });
 }
 
 double ratio(double a, double b) { return b > 0 ? a / b : 0; }
@@ -547,7 +551,7 @@ int run_cores(const Options& o) {
   std::cout << std::fixed << std::setprecision(1)
             << "native cost per record, ns (median of " << o.runs
             << "); split: one thread, each side timed apart; pipelined: two threads, wall time\n";
-  for (const std::uint32_t size : o.sizes) {
+  for (const std::uint32_t size : o.sessions_only ? std::vector<std::uint32_t>{} : o.sizes) {
     for (const auto check : o.checks) {
       Config base;
       base.size = size;
@@ -559,7 +563,7 @@ int run_cores(const Options& o) {
       for (const auto mode : o.modes) {
         Config c = base;
         c.mode = mode;
-        const Split s = median_split(o.runs, c, 1, kTurnRecords);
+        const Split s = median_split(o.runs, c, 1, kTurnRecords, 1);
         const double pipelined = o.split_only ? 0 : median_of(o.runs, [&] { return run_pipelined(c); });
         std::cout << "cores size=" << size << " check=" << name(check) << " mode=" << name(mode)
                   << " producer=" << s.producer << " nic=" << s.nic << " owner=" << s.owner
@@ -589,17 +593,20 @@ int run_cores(const Options& o) {
   }
   if (!o.sessions.empty())
     std::cout << "cost as sessions grow: 64 B records, payload check none, 256 KiB rings, split, "
-              << kSessionTurnRecords << " records per session per publish\n";
+              << kSessionTurnRecords << " records per session per publish, " << o.active_percent
+              << " % of the sessions publishing\n";
   for (const std::uint32_t n : o.sessions) {
+    const std::size_t active = std::max<std::size_t>(1, (std::size_t{n} * o.active_percent + 99) / 100);
     for (const auto mode : o.modes) {
       Config c;
       c.mode = mode;
       c.ring_bytes = 256 * 1024;
       c.records = o.records.value_or(200000);
-      const Split s = median_split(o.runs, c, n, kSessionTurnRecords);
-      std::cout << "sessions n=" << n << " mode=" << name(mode) << " producer=" << s.producer
+      const Split s = median_split(o.runs, c, n, kSessionTurnRecords, active);
+      std::cout << "sessions n=" << n << " active=" << active << " mode=" << name(mode) << " producer=" << s.producer
                 << " owner=" << s.owner << " empty_poll=" << s.empty_poll << "\n";
       report["sessions"].push_back({{"sessions", n},
+                                    {"active", active},
                                     {"mode", name(mode)},
                                     {"producer_ns", s.producer},
                                     {"owner_ns", s.owner},
@@ -640,10 +647,14 @@ Command add_cores_command(CLI::App& parent) {
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   app->add_flag_callback("--no-sessions", [o] { o->sessions.clear(); }, "no sweep over session counts");
+  app->add_option("--active", o->active_percent, "percent of the sweep's sessions that publish (at least one); the rest stay attached and idle")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   app->add_option("--runs", o->runs, "runs per figure (the median is reported)")->check(CLI::Range(1, 101))->capture_default_str();
   app->add_option("--records", o->records, "records per run (default: 256 MiB worth, 20,000 to 500,000)")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
   app->add_flag("--split-only", o->split_only, "no pipelined runs");
+  app->add_flag("--sessions-only", o->sessions_only, "only the sweep over session counts");
   app->add_option("--json", o->json, "write the figures to this file as one JSON object");
   return {app, [o] { return bench::run_cores(*o); }};
 }

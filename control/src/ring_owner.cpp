@@ -402,6 +402,7 @@ RingOwnerStats RingOwner::stats() const {
     st.refused_unauthorized = c.refused_unauthorized;
     st.refused_quota = c.refused_quota;
     st.handler_aborts = c.handler_aborts;
+    st.session_visits = c.session_visits;
     st.connect_refused = c.connect_refused + dp.malformed_connects;
     st.sessions_failed = c.sessions_failed;
     st.recv_completions = dp.recv_completions;
@@ -455,6 +456,9 @@ std::string RingOwner::metrics() const {
   m.counter("owner_connect_refused_total", "Connect requests rejected", s.connect_refused);
   m.counter("owner_handler_give_backs_total", "Give-backs: for each session, each poll that left its records for the next (abort, stop, a handler that threw)",
             s.handler_aborts);
+  m.counter("owner_session_visits_total",
+            "Sessions the data path looked at for a delivery, a credit or a doorbell flag (grows with busy sessions, not attached ones)",
+            s.session_visits);
   m.counter("owner_credit_post_failures_total", "Credit posts a session's QP refused (its link broke)",
             s.credit_post_failures);
   m.counter("owner_control_calls_total", "Control-channel calls served", s.control_calls);

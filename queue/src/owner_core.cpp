@@ -56,6 +56,7 @@ std::vector<SessionId> OwnerCore::session_ids() const {
   std::vector<SessionId> ids;
   ids.reserve(sessions_.size());
   for (const auto& [id, s] : sessions_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
   return ids;
 }
 
@@ -66,10 +67,29 @@ bool OwnerCore::link_live(SessionId id) const noexcept {
 
 OwnerCore::Session& OwnerCore::add(SessionId id, std::span<const std::byte> ring, const ResumePoint& start,
                                    std::uint64_t deliver_from) {
-  changed();
-  return sessions_
+  Session& s = sessions_
       .try_emplace(id, Session{ConsumerCore(ring, geometry_, config_.mode, start, deliver_from, config_.core)})
       .first->second;
+  touch(id, s);
+  return s;
+}
+
+void OwnerCore::touch_publish(SessionId id, Session& s) {
+  if (!std::exchange(s.publish_touched, true)) publish_touched_.push_back(id);
+}
+
+void OwnerCore::touch_credit(SessionId id, Session& s) {
+  if (!std::exchange(s.credit_touched, true)) credit_touched_.push_back(id);
+}
+
+void OwnerCore::enqueue(SessionId id, Session& s, bool first) {
+  if (s.turn == Turn::queued) {
+    if (!first) return;
+    round_.erase(std::find(round_.begin(), round_.end(), id));  // a give-back moves it: rare
+  }
+  s.turn = Turn::queued;
+  if (first) round_.push_front(id);
+  else round_.push_back(id);
 }
 
 void OwnerCore::end(SessionId id, CloseReason reason, std::string message) {
@@ -77,10 +97,15 @@ void OwnerCore::end(SessionId id, CloseReason reason, std::string message) {
   if (it == sessions_.end()) return;
   counters_.closed_rings += it->second.core.counters();
   sessions_.erase(it);
+  // Off every list now: the same id may come back by a restore, and must not find a turn queued.
+  std::erase(round_, id);
+  std::erase(stalled_, id);
+  std::erase(publish_touched_, id);
+  std::erase(credit_touched_, id);
+  if (goes_on_ == id) goes_on_.reset();
   // The adapter reports the end after the records it took: one still pending here would bring
   // the ended session's record back after the application dropped it.
   std::erase_if(records_, [id](const SessionRecord& r) { return r.session == id; });
-  changed();
   closed_.push_back(ClosedSession{id, reason, std::move(message)});
 }
 
@@ -160,7 +185,7 @@ Result<Fence> OwnerCore::resume(const Credentials& who, Clock::time_point now) {
   Session* s = find(who.session);
   if (!s) return make_error(errc::unknown_session, "session " + std::to_string(who.session) + " has no ring");
   BOOST_OUTCOME_TRY(at, s->core.begin_epoch(epoch));
-  changed();
+  touch(who.session, *s);
   s->link.reset();
   s->fencing = true;
   // What the next epoch's producer may write again, from the read head to its limit: zeroed, so
@@ -178,7 +203,6 @@ Result<Fence> OwnerCore::resume(const Credentials& who, Clock::time_point now) {
 
 void OwnerCore::fence_done(SessionId id) noexcept {
   if (Session* s = find(id)) s->fencing = false;
-  changed();
 }
 
 Result<ResumePoint> OwnerCore::restore(const Credentials& who, const DurableSession& durable, bool restarted,
@@ -239,14 +263,13 @@ Result<void> OwnerCore::admit_connect(const wire::ConnectData& request, Clock::t
   // The table admits a QP only for the current epoch, so a link this replaces was of an epoch
   // already fenced, or a QP that never got established.
   s->link = Link{request.epoch, false, false};
-  changed();
+  touch_credit(request.session, *s);
   return success();
 }
 
 void OwnerCore::connect_failed(SessionId id) noexcept {
   ++counters_.connect_refused;
   if (Session* s = find(id)) s->link.reset();
-  changed();
 }
 
 void OwnerCore::on_established(SessionId id) noexcept {
@@ -259,7 +282,7 @@ void OwnerCore::on_established(SessionId id) noexcept {
     const SessionEntry& e = *table_.find(id);
     record(e, e.epoch);
   }
-  changed();
+  touch_credit(id, *s);
 }
 
 void OwnerCore::break_link(SessionId id, Session& s) noexcept {
@@ -267,7 +290,6 @@ void OwnerCore::break_link(SessionId id, Session& s) noexcept {
   s.link->dead = true;
   table_.on_broken(id, s.link->epoch);
   broken_.push_back(id);
-  changed();
 }
 
 void OwnerCore::on_link_broken(SessionId id) noexcept {
@@ -279,7 +301,7 @@ void OwnerCore::on_link_broken(SessionId id) noexcept {
 void OwnerCore::on_immediate(SessionId id, std::uint32_t imm) {
   Session* s = find(id);
   if (!s) return;
-  changed();
+  touch(id, *s);
   const auto ok = config_.mode == wire::PublishMode::imm ? s->core.on_immediate(imm) : s->core.on_doorbell(imm);
   if (!ok) fail(id, ok.error());
   else if (config_.mode == wire::PublishMode::tail) ++doorbells_;
@@ -292,12 +314,14 @@ void OwnerCore::on_tail(SessionId id, std::span<const std::byte, wire::kTailReco
   const std::uint64_t published = s->core.ledger().published;
   const std::uint64_t asked = s->core.counters().credit_requests;
   if (auto ok = s->core.on_tail(bytes); !ok) fail(id, ok.error());
-  else if (s->core.ledger().published != published || s->core.counters().credit_requests != asked) changed();
+  else if (s->core.ledger().published != published || s->core.counters().credit_requests != asked) touch(id, *s);
 }
 
 void OwnerCore::on_credit_completion(SessionId id, std::uint64_t wr_id) {
-  if (Session* s = find(id)) s->core.on_completion(wr_id, true);
-  changed();
+  Session* s = find(id);
+  if (!s) return;
+  s->core.on_completion(wr_id, true);
+  touch_credit(id, *s);  // a credit held back for send-queue room may go now
 }
 
 void OwnerCore::on_error_completion(SessionId id) {
@@ -305,99 +329,114 @@ void OwnerCore::on_error_completion(SessionId id) {
   on_link_broken(id);
 }
 
-bool OwnerCore::wants_clock() const noexcept {
-  if (clock_checked_ == changes_) return clock_wanted_;
-  clock_wanted_ = std::any_of(sessions_.begin(), sessions_.end(), [](const auto& kv) {
-    const Session& s = kv.second;
+bool OwnerCore::wants_clock() noexcept {
+  if (!round_.empty() || !stalled_.empty()) return true;
+  if (publish_touched_.empty()) return false;  // an idle owner's poll ends here
+  // What an event touched and left with nothing to deliver is forgotten here, so that an idle
+  // owner's next poll does not look at it again.
+  std::erase_if(publish_touched_, [this](SessionId id) {
+    ++counters_.session_visits;
+    Session& s = *find(id);
     const ConsumerLedger l = s.core.ledger();
-    return l.head != l.published || s.core.counters().publishes != s.publishes_seen;
+    if (l.head != l.published || s.core.counters().publishes != s.publishes_seen) return false;
+    s.publish_touched = false;
+    return true;
   });
-  clock_checked_ = changes_;
-  return clock_wanted_;
+  return !publish_touched_.empty();
 }
 
-bool OwnerCore::work_due(Clock::time_point now) const noexcept {
+bool OwnerCore::work_due(Clock::time_point now) noexcept {
   if (!wants_clock()) return false;
-  return std::any_of(sessions_.begin(), sessions_.end(), [now](const auto& kv) {
-    const Session& s = kv.second;
-    const ConsumerLedger l = s.core.ledger();
+  if (!round_.empty()) return true;
+  const auto due = [this, now](SessionId id) {
+    const Session& s = *find(id);
     if (s.core.counters().publishes != s.publishes_seen) return true;
+    const ConsumerLedger l = s.core.ledger();
     if (l.head == l.published) return false;
     const auto at = s.core.recheck_at();
     return !at || *at <= now;
-  });
+  };
+  return std::any_of(publish_touched_.begin(), publish_touched_.end(), due) ||
+         std::any_of(stalled_.begin(), stalled_.end(), due);
 }
 
 std::optional<OwnerCore::Clock::time_point> OwnerCore::next_recheck() const noexcept {
   std::optional<Clock::time_point> first;
-  for (const auto& [id, s] : sessions_)
-    if (const auto at = s.core.recheck_at(); at && (!first || *at < *first)) first = at;
+  for (SessionId id : stalled_)
+    if (const auto at = sessions_.at(id).core.recheck_at(); at && (!first || *at < *first)) first = at;
   return first;
 }
 
 void OwnerCore::take_deliveries(std::size_t max, Clock::time_point now, std::vector<TakenRecord>& out) {
-  changed();
-  bool unread = false;
-  for (auto& [id, s] : sessions_) {
+  counters_.session_visits += publish_touched_.size() + stalled_.size();
+  for (SessionId id : publish_touched_) {
+    Session& s = *find(id);
+    s.publish_touched = false;
     if (s.core.counters().publishes != s.publishes_seen) {
       s.publishes_seen = s.core.counters().publishes;
       table_.touch(id, now);
     }
     const ConsumerLedger l = s.core.ledger();
-    if (l.head == l.published) s.deficit = 0;  // an idle session banks no allowance
-    else unread = true;
+    if (l.head != l.published && s.turn != Turn::queued) enqueue(id, s, false);
   }
+  publish_touched_.clear();
+  // A record that failed its checks is read again at every take (it waits out its recheck time
+  // inside next()); its session keeps its place after the ones queued before.
+  for (SessionId id : stalled_) {
+    Session& s = *find(id);
+    if (s.turn == Turn::stalled) enqueue(id, s, false);
+  }
+  stalled_.clear();
 
-  // Deficit round robin over the sessions, starting after the one served last: each turn adds a
-  // quantum of payload bytes to a session's allowance; a record goes out while the allowance
-  // lasts (and one always does), so a session of large records gets no more bytes per round
-  // than one of small records, and none waits more than one round. A turn that the last call's
-  // `max` cut short goes on first, with no new quantum: else a session whose turns the poll
-  // limit keeps cutting would get a record per poll while banking the rest of each quantum.
+  // Deficit round robin (Shreedhar and Varghese's active list): each turn adds a quantum of
+  // payload bytes to a session's allowance; a record goes out while the allowance lasts (and one
+  // always does), so a session of large records gets no more bytes per round than one of small
+  // records, and none waits more than one round. A session still backlogged after its turn goes
+  // to the back; one found empty leaves the round, banking nothing (an idle session gets no
+  // allowance for a later flood). A turn that `max` cut short goes on first at the next call,
+  // with no new quantum: else a session whose turns the poll limit keeps cutting would get a
+  // record per poll while banking the rest of each quantum.
   std::size_t n = 0;
-  bool progress = unread;
-  std::optional<SessionId> carry;
-  if (n < max && progress) carry = std::exchange(cut_turn_, std::nullopt);
-  std::vector<SessionId>& turn = turn_scratch_;
-  while (n < max && progress) {
-    progress = false;
-    turn.clear();
-    const auto start = carry ? sessions_.lower_bound(*carry) : sessions_.upper_bound(last_served_);
-    const std::optional<SessionId> going_on = std::exchange(carry, std::nullopt);
-    for (auto it = start; it != sessions_.end(); ++it) turn.push_back(it->first);
-    for (auto it = sessions_.begin(); it != start; ++it) turn.push_back(it->first);
-    for (SessionId id : turn) {
-      if (n >= max) break;
-      Session* s = find(id);
-      if (!s) continue;  // failed earlier in this turn
-      if (id != going_on) s->deficit += config_.quantum_bytes;
-      std::size_t served = 0;
-      bool empty = false;
-      while (n < max && (served == 0 || s->deficit > 0)) {
-        auto record = s->core.next(now);
-        if (!record) {
-          fail(id, record.error());
-          break;
-        }
-        if (!record.value()) {
-          empty = true;
-          break;
-        }
-        const DeliveredRecord& d = *record.value();
-        out.push_back(TakenRecord{Delivery{id, d.payload, d.sequence}, d.end});
-        // Charged by the ring space a record takes, so empty records are not free.
-        s->deficit -= static_cast<std::int64_t>(wire::record_span(d.payload.size()));
-        ++served;
-        ++n;
+  while (n < max && !round_.empty()) {
+    const SessionId id = round_.front();
+    round_.pop_front();
+    ++counters_.session_visits;
+    Session* s = find(id);
+    s->turn = Turn::idle;
+    if (goes_on_ != id) s->deficit += config_.quantum_bytes;
+    goes_on_.reset();
+    std::size_t served = 0;
+    bool empty = false;
+    while (n < max && (served == 0 || s->deficit > 0)) {
+      auto record = s->core.next(now);
+      if (!record) {
+        fail(id, record.error());
+        break;
       }
-      if (served > 0) {
-        progress = true;
-        last_served_ = id;
+      if (!record.value()) {
+        empty = true;
+        break;
       }
-      if ((s = find(id))) {
-        if (empty) s->deficit = 0;  // an idle session banks no allowance, even after a record
-        else if (n >= max && s->deficit > 0) cut_turn_ = id;
+      const DeliveredRecord& d = *record.value();
+      out.push_back(TakenRecord{Delivery{id, d.payload, d.sequence}, d.end});
+      // Charged by the ring space a record takes, so empty records are not free.
+      s->deficit -= static_cast<std::int64_t>(wire::record_span(d.payload.size()));
+      ++served;
+      ++n;
+    }
+    if (!(s = find(id))) continue;  // failed
+    const ConsumerLedger l = s->core.ledger();
+    if (empty || l.head == l.published) {
+      s->deficit = 0;  // an idle session banks no allowance, even after a record
+      if (l.head != l.published) {
+        s->turn = Turn::stalled;
+        stalled_.push_back(id);
       }
+    } else if (n >= max && s->deficit > 0) {
+      enqueue(id, *s, true);
+      goes_on_ = id;
+    } else {
+      enqueue(id, *s, false);
     }
   }
 }
@@ -407,7 +446,6 @@ void OwnerCore::finish_deliveries(std::span<const TakenRecord> taken, std::size_
   // the last handled one, give back from the first one not handled. A batch spans few sessions,
   // so they are looked up in a flat list.
   if (taken.empty()) return;  // every poll ends here, most of an idle owner's with nothing
-  changed();
   auto& marks = mark_scratch_;  // (session, seen)
   const auto first_sight = [&marks](SessionId id) {
     for (auto& [marked, seen] : marks)
@@ -425,6 +463,7 @@ void OwnerCore::finish_deliveries(std::span<const TakenRecord> taken, std::size_
     if (!first_sight(r.delivery.session)) continue;  // not its session's last: looked up once per session, not per record
     Session* s = find(r.delivery.session);
     if (!s) continue;  // closed while the application held it
+    touch_credit(r.delivery.session, *s);
     if (auto ok = s->core.release(r.end); !ok) fail(r.delivery.session, ok.error());
   }
   marks.clear();
@@ -438,31 +477,46 @@ void OwnerCore::finish_deliveries(std::span<const TakenRecord> taken, std::size_
     if (!first_sight(r.delivery.session)) continue;
     ++counters_.handler_aborts;
     s->core.unread(r.end - span, r.delivery.sequence);
+    touch_credit(r.delivery.session, *s);
+    if (s->turn != Turn::queued) enqueue(r.delivery.session, *s, false);
   }
   // The turn the application interrupted goes on first: what it gave back comes again in the
   // same order.
-  if (handled < taken.size()) cut_turn_ = taken[handled].delivery.session;
+  if (handled < taken.size()) {
+    const SessionId id = taken[handled].delivery.session;
+    if (Session* s = find(id)) {
+      enqueue(id, *s, true);
+      goes_on_ = id;
+    }
+  }
 }
 
 void OwnerCore::prepare_sleep() noexcept {
-  changed();
   doorbells_at_prepare_ = doorbells_;
+  if (config_.mode != wire::PublishMode::tail) return;  // an immediate wakes the owner anyway
+  counters_.session_visits += sessions_.size();
   for (auto& [id, s] : sessions_)
-    if (s.link && s.link->established && !s.link->dead) s.core.want_doorbell(true);
+    if (s.link && s.link->established && !s.link->dead) {
+      s.core.want_doorbell(true);
+      touch_credit(id, s);
+    }
 }
 
 void OwnerCore::take_credits(std::vector<CreditPost>& out) {
-  // What this takes leaves nothing due (a credit held back for send-queue room waits for a
-  // completion, which is a change): with no change since, none can be due.
-  if (credits_checked_ == changes_) return;
-  for (auto& [id, s] : sessions_) {
+  // What this takes leaves nothing due until the session's next event (a credit held back for
+  // send-queue room waits for a completion, which touches it).
+  if (credit_touched_.empty()) return;
+  counters_.session_visits += credit_touched_.size();
+  for (SessionId id : credit_touched_) {
+    Session& s = *find(id);
+    s.credit_touched = false;
     if (!s.link || !s.link->established || s.link->dead) continue;
     while (auto w = s.core.take_credit()) {
       ++counters_.credit_posts;
       out.push_back(CreditPost{id, *w});
     }
   }
-  credits_checked_ = changes_;
+  credit_touched_.clear();
 }
 
 }  // namespace rdmaring

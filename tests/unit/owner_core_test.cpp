@@ -327,6 +327,44 @@ TEST_CASE("deficit round robin is fair under adversarial record sizes and poll l
   });
 }
 
+TEST_CASE("a poll looks at the sessions that are busy, not at every session attached", "[owner-core][scale]") {
+  // 1,000 sessions attached, the same 10 of them publishing: what the core looks at per poll
+  // (deliveries, credits) is a few visits per busy session, and an empty poll looks at none.
+  // Before, every take and every credit check walked all 1,000.
+  const auto mode = GENERATE(wire::PublishMode::imm, wire::PublishMode::tail);
+  INFO("mode " << (mode == wire::PublishMode::imm ? "imm" : "tail"));
+  constexpr std::size_t kSessions = 1000, kBusy = 10;
+  LoopbackOwner owner(owner_config(mode, 1 << 13, 256, kSessions));
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (std::uint64_t t = 0; t < kSessions; ++t)
+    peers.push_back(std::make_unique<Peer>(owner, t, [](std::uint64_t s) { return std::size_t{(s * 37) % 200}; }));
+  const auto poll = [&] {
+    owner.poll();
+    if (mode == wire::PublishMode::tail) owner.read_tails();
+    return owner.deliver(SIZE_MAX, [&](const Delivery& d) {
+      Peer* p = peer_of(peers, d.session);
+      REQUIRE(p);
+      REQUIRE(p->check(d, p->handled) == "");
+      ++p->handled;
+    });
+  };
+  for (auto& p : peers) p->fill(1);  // each session has had a record and its credit
+  CHECK(poll() == kSessions);
+  for (int i = 0; i < 3; ++i) poll();
+  const auto visits = [&] { return owner.core().counters().session_visits; };
+  for (int round = 0; round < 50; ++round) {
+    for (std::size_t i = 0; i < kBusy; ++i) peers[i * 97]->fill(peers[i * 97]->handled + 8);
+    const std::uint64_t before = visits();
+    CHECK(poll() == kBusy * 8);
+    // A busy session: its publish, its turn, its credit; and once more each when a turn ends.
+    CHECK(visits() - before <= 6 * kBusy);
+    const std::uint64_t idle = visits();
+    for (int empty = 0; empty < 10; ++empty) CHECK(poll() == 0);
+    CHECK(visits() - idle <= 2 * kBusy);  // what the last poll's credits touched, looked at once
+  }
+  for (std::size_t i = 0; i < kSessions; ++i) CHECK(peers[i]->handled == (i % 97 == 0 && i / 97 < kBusy ? 401 : 1));
+}
+
 // ---- fencing ------------------------------------------------------------------------------------
 
 TEST_CASE("resume fences exactly the unread ring, in two pieces at the wrap, and keeps records being consumed", "[owner-core][fence]") {
@@ -593,15 +631,44 @@ TEST_CASE("one session's violation never disturbs the others' order", "[owner-co
   });
 }
 
+TEST_CASE("a session that ends while queued for a turn leaves the round, and the others go on", "[owner-core][fairness]") {
+  // Three sessions backlogged, all queued after a take that `max` cut short; the middle one
+  // breaks the protocol (its immediate, taken before the next take) and ends while still
+  // queued. The next takes serve the other two, every record once, and nothing of the ended one.
+  LoopbackOwner owner(owner_config(wire::PublishMode::imm, 1 << 14, 256, 3));
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (std::uint64_t t = 0; t < 3; ++t) peers.push_back(std::make_unique<Peer>(owner, t, [](std::uint64_t) { return std::size_t{40}; }));
+  for (auto& p : peers) p->fill(20);
+  owner.poll();
+  const auto hand = [&](const Delivery& d) {
+    Peer* p = peer_of(peers, d.session);
+    REQUIRE(p);
+    REQUIRE(p->check(d, p->handled) == "");
+    ++p->handled;
+  };
+  REQUIRE(owner.deliver(1, hand) == 1);  // every session is now in the round
+  Peer& ended = *peers[1];
+  violate(ended, Violation::epoch_bits);
+  owner.poll();
+  REQUIRE(owner.closed(ended.id()) != nullptr);
+  std::size_t taken = 0;
+  for (int poll = 0; poll < 10; ++poll) taken += owner.deliver(7, hand);
+  CHECK(peers[0]->handled + peers[2]->handled == 40);
+  CHECK(peers[0]->handled == 20);
+  CHECK(peers[2]->handled == 20);
+  CHECK(ended.handled <= 1);  // at most what it delivered before it broke the rules
+  CHECK(taken + 1 == 40 + ended.handled);
+}
+
 // ---- the handler contract -----------------------------------------------------------------------
 
 TEST_CASE("records not handled are given back and delivered again unchanged", "[owner-core][handler]") {
   LoopbackOwner owner(owner_config(wire::PublishMode::imm, 4096, 1000, 2));
   Peer a(owner, 1, [](std::uint64_t s) { return 10 + s * 30; });
   Peer b(owner, 2, [](std::uint64_t s) { return 100 - s * 7; });
-  // Turns go by session id: x is served first, then y.
-  Peer& x = a.id() < b.id() ? a : b;
-  Peer& y = &x == &a ? b : a;
+  // Turns go in the order the sessions joined the round (sessions.md §11): a published first.
+  Peer& x = a;
+  Peer& y = b;
   const auto bytes_of = [](const Peer& p, std::uint64_t from, std::uint64_t to) {
     std::uint64_t n = 0;
     for (std::uint64_t s = from; s < to; ++s) n += p.size(s);

@@ -110,6 +110,7 @@ struct RingOwnerStats {
   std::uint64_t refused_quota = 0;         // attaches and restores beyond the identity's quota
   std::uint64_t restore_gaps = 0;        // restores where the producer no longer held every unprocessed record
   std::uint64_t handler_aborts = 0;      // give-backs: a poll left a session's records for the next (abort, stop, a throw)
+  std::uint64_t session_visits = 0;      // sessions the data path looked at: grows with busy sessions, not attached ones
   std::uint64_t connect_refused = 0;     // connect requests refused (any reason in `sessions`)
   std::uint64_t sessions_failed = 0;     // closed because their producer broke the protocol
   std::uint64_t recv_completions = 0;

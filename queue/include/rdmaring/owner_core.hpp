@@ -17,11 +17,12 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
-#include <map>
+#include <deque>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -140,6 +141,11 @@ struct OwnerCounters {
   std::uint64_t handler_aborts = 0;     // give-backs: per session, a poll that left its records for the next
   std::uint64_t refused_unauthorized = 0;  // attaches and restores of an identity no allow rule matches
   std::uint64_t refused_quota = 0;         // attaches and restores beyond the identity's rule's quota
+  // Sessions this core looked at for a delivery, a credit or a doorbell flag: grows with the
+  // events and records of busy sessions, not with the sessions attached, but for sleeps in mode
+  // tail (each asks every session for a doorbell). Mode tail's adapter still reads every
+  // session's tail record per poll (on_tail, not counted here): no hint says which moved.
+  std::uint64_t session_visits = 0;
   ConsumerCounters closed_rings;        // summed over the rings of closed sessions
   std::string last_session_failure;
 };
@@ -210,12 +216,13 @@ class OwnerCore {
   void on_credit_completion(SessionId id, std::uint64_t wr_id);
   void on_error_completion(SessionId id);
   // Whether take_deliveries needs the clock: some session has unread records or moved its
-  // publish mark since the last call (an idle owner reads no clock).
-  bool wants_clock() const noexcept;
+  // publish mark since the last call (an idle owner reads no clock). Not const: it forgets the
+  // sessions an event touched that turned out to have nothing.
+  bool wants_clock() noexcept;
   // Whether a poll at `now` has work: as wants_clock(), less the sessions whose next record
   // fails its checks and is not due for its re-read yet (wakeup.md O7). An owner about to sleep
   // asks this, and sleeps no later than next_recheck().
-  bool work_due(Clock::time_point now) const noexcept;
+  bool work_due(Clock::time_point now) noexcept;
   std::optional<Clock::time_point> next_recheck() const noexcept;
   // Appends up to `max` records to `out`, sessions taken in turn (deficit round robin by ring
   // space), records in order within each. They are being consumed until finish_deliveries.
@@ -249,7 +256,7 @@ class OwnerCore {
   const OwnerCounters& counters() const noexcept { return counters_; }
   const ConsumerCore* consumer(SessionId id) const noexcept;
   std::size_t ring_count() const noexcept { return sessions_.size(); }
-  std::vector<SessionId> session_ids() const;
+  std::vector<SessionId> session_ids() const;  // ascending
   // Whether the session has an admitted QP that is neither dead nor replaced.
   bool link_live(SessionId id) const noexcept;
 
@@ -259,12 +266,19 @@ class OwnerCore {
     bool established = false;
     bool dead = false;
   };
+  // Where a session stands in deficit round robin: not backlogged, queued for a turn, or
+  // backlogged with a next record that failed its checks (re-read at every take, wakeup.md O7).
+  enum class Turn : std::uint8_t { idle, queued, stalled };
   struct Session {
     ConsumerCore core;
     std::optional<Link> link;
     bool fencing = false;
     std::uint64_t publishes_seen = 0;
     std::int64_t deficit = 0;
+    Turn turn = Turn::idle;
+    // On the lists of sessions an event touched since take_deliveries and take_credits looked.
+    bool publish_touched = false;
+    bool credit_touched = false;
   };
 
   Session* find(SessionId id) noexcept;
@@ -275,28 +289,38 @@ class OwnerCore {
   void fail(SessionId id, const Error& e);
   void end(SessionId id, CloseReason reason, std::string message);
   void break_link(SessionId id, Session& s) noexcept;
-  // Every event that can make a record deliverable or a credit due is a change: a poll that
-  // follows none skips the per-session scans of wants_clock() and take_credits(), so an idle
-  // owner's poll costs the same with 1 session or 1,000 (bench/README.md, "Native cost").
-  void changed() noexcept { ++changes_; }
+  // Every event of a session that can make a record of it deliverable (publish) or a credit of
+  // it due (credit) puts it on a list that the next take_deliveries or take_credits works
+  // through: they look at the sessions events touched and at the sessions queued for a turn,
+  // never at every session, so a poll costs the same with 1 session or 1,000 of which the same
+  // few are busy (bench/README.md, "Cost as sessions grow").
+  void touch_publish(SessionId id, Session& s);
+  void touch_credit(SessionId id, Session& s);
+  void touch(SessionId id, Session& s) {
+    touch_publish(id, s);
+    touch_credit(id, s);
+  }
+  // Queues a backlogged session for a turn (last, or first when its turn goes on).
+  void enqueue(SessionId id, Session& s, bool first);
 
   OwnerConfig config_;
   RingGeometry geometry_;
   SessionTable table_;
-  std::map<SessionId, Session> sessions_;
-  SessionId last_served_ = 0;  // round robin: the next turn starts after this session
-  std::optional<SessionId> cut_turn_;  // whose turn the last take_deliveries' max cut short
+  // Looked up at every event and turn: hashed, since a tree of 1,000 sessions is ten dependent
+  // loads per lookup. Nothing walks it in order (session_ids() sorts).
+  std::unordered_map<SessionId, Session> sessions_;
+  // Deficit round robin's round: the sessions queued for a turn, in turn order (Turn::queued).
+  std::deque<SessionId> round_;
+  std::optional<SessionId> goes_on_;  // the front's turn was cut short: it goes on with no new quantum
+  std::vector<SessionId> stalled_;    // Turn::stalled
+  std::vector<SessionId> publish_touched_;
+  std::vector<SessionId> credit_touched_;
   std::vector<ClosedSession> closed_;
   std::vector<SessionId> broken_;
   std::vector<SessionRecord> records_;
-  std::vector<SessionId> turn_scratch_;
   std::vector<std::pair<SessionId, bool>> mark_scratch_;
-  std::uint64_t changes_ = 0;
   std::uint64_t doorbells_ = 0;  // mode tail: doorbells taken, all sessions
   std::uint64_t doorbells_at_prepare_ = 0;
-  mutable std::uint64_t clock_checked_ = ~std::uint64_t{0};  // changes_ when wants_clock() last looked
-  mutable bool clock_wanted_ = false;
-  std::uint64_t credits_checked_ = ~std::uint64_t{0};  // changes_ when take_credits() last looked
   OwnerCounters counters_;
 };
 
