@@ -29,6 +29,7 @@ OwnerConfig core_config(const RingOwnerOptions& o) {
   c.max_sessions = o.max_sessions;
   c.lease = std::chrono::duration_cast<std::chrono::nanoseconds>(o.lease);
   c.quantum_bytes = o.quantum_bytes;
+  c.tail_park_reads = o.tail_park_reads;
   c.core = o.core;
   c.allow = o.allow;
   return c;
@@ -403,6 +404,8 @@ RingOwnerStats RingOwner::stats() const {
     st.refused_quota = c.refused_quota;
     st.handler_aborts = c.handler_aborts;
     st.session_visits = c.session_visits;
+    st.tail_reads = c.tail_reads;
+    st.parks = c.parks;
     st.connect_refused = c.connect_refused + dp.malformed_connects;
     st.sessions_failed = c.sessions_failed;
     st.recv_completions = dp.recv_completions;
@@ -459,6 +462,10 @@ std::string RingOwner::metrics() const {
   m.counter("owner_session_visits_total",
             "Sessions the data path looked at for a delivery, a credit or a doorbell flag (grows with busy sessions, not attached ones)",
             s.session_visits);
+  m.counter("owner_tail_reads_total", "Mode tail: tail records read (a parked session's only after its doorbell)",
+            s.tail_reads);
+  m.counter("owner_parks_total", "Mode tail: quiet sessions parked (asked for doorbells, their tails no longer polled)",
+            s.parks);
   m.counter("owner_credit_post_failures_total", "Credit posts a session's QP refused (its link broke)",
             s.credit_post_failures);
   m.counter("owner_control_calls_total", "Control-channel calls served", s.control_calls);

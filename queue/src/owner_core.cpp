@@ -65,14 +65,58 @@ bool OwnerCore::link_live(SessionId id) const noexcept {
   return it != sessions_.end() && it->second.link && !it->second.link->dead;
 }
 
+bool OwnerCore::tail_watched(SessionId id) const noexcept {
+  const auto it = sessions_.find(id);
+  return it != sessions_.end() && config_.mode == wire::PublishMode::tail && it->second.watch != Watch::parked;
+}
+
 OwnerCore::Session& OwnerCore::add(SessionId id, std::span<const std::byte> ring, const ResumePoint& start,
                                    std::uint64_t deliver_from) {
   Session& s = sessions_
       .try_emplace(id, Session{ConsumerCore(ring, geometry_, config_.mode, start, deliver_from, config_.core)})
       .first->second;
   touch(id, s);
+  if (config_.mode == wire::PublishMode::tail) {
+    std::erase(watched_, id);  // an entry of an earlier session of this id, not compacted yet
+    watched_.push_back(id);
+    s.on_watch_list = true;
+  }
   return s;
 }
+
+void OwnerCore::watch(SessionId id, Session& s) {
+  s.quiet_reads = 0;
+  s.watch = Watch::watched;
+  if (config_.mode == wire::PublishMode::tail && !std::exchange(s.on_watch_list, true)) watched_.push_back(id);
+}
+
+bool OwnerCore::parkable(const Session& s) const noexcept {
+  if (!s.link || !s.link->established || s.link->dead || s.fencing) return false;
+  const ConsumerLedger l = s.core.ledger();
+  return l.released == l.published && l.head == l.published && s.turn == Turn::idle && !s.publish_touched;
+}
+
+// A tail read that found no move (wakeup.md §3.2). Parking is the sleep of §3.1 for one session:
+// the flag first, then a read of the tail after the flag write's completion, then no read until
+// the doorbell that the producer, having the flag, sends after each publish.
+void OwnerCore::take_quiet_tail(SessionId id, Session& s) {
+  if (config_.tail_park_reads == 0) return;
+  if (s.watch == Watch::parking) {
+    // This read came after the flag write's completion (the CQ is polled before the tails): a
+    // publish placed before the flag landed is seen here, one after it rings.
+    if (s.core.doorbell_confirmed() && parkable(s)) {
+      s.watch = Watch::parked;
+      watched_stale_ = true;
+      ++counters_.parks;
+    }
+    return;
+  }
+  if (++s.quiet_reads < config_.tail_park_reads || !parkable(s)) return;
+  s.watch = Watch::parking;
+  s.core.want_doorbell(true);
+  touch_credit(id, s);
+}
+
 
 void OwnerCore::touch_publish(SessionId id, Session& s) {
   if (!std::exchange(s.publish_touched, true)) publish_touched_.push_back(id);
@@ -102,6 +146,7 @@ void OwnerCore::end(SessionId id, CloseReason reason, std::string message) {
   std::erase(stalled_, id);
   std::erase(publish_touched_, id);
   std::erase(credit_touched_, id);
+  watched_stale_ = true;  // read_tails may be walking watched_ now
   if (goes_on_ == id) goes_on_.reset();
   // The adapter reports the end after the records it took: one still pending here would bring
   // the ended session's record back after the application dropped it.
@@ -186,6 +231,7 @@ Result<Fence> OwnerCore::resume(const Credentials& who, Clock::time_point now) {
   if (!s) return make_error(errc::unknown_session, "session " + std::to_string(who.session) + " has no ring");
   BOOST_OUTCOME_TRY(at, s->core.begin_epoch(epoch));
   touch(who.session, *s);
+  watch(who.session, *s);
   s->link.reset();
   s->fencing = true;
   // What the next epoch's producer may write again, from the read head to its limit: zeroed, so
@@ -288,6 +334,9 @@ void OwnerCore::on_established(SessionId id) noexcept {
 void OwnerCore::break_link(SessionId id, Session& s) noexcept {
   if (!s.link || s.link->dead) return;
   s.link->dead = true;
+  // A publish whose doorbell the break lost is still in the tail MR: what is published stays
+  // deliverable (failures.md §1).
+  watch(id, s);
   table_.on_broken(id, s.link->epoch);
   broken_.push_back(id);
 }
@@ -303,18 +352,28 @@ void OwnerCore::on_immediate(SessionId id, std::uint32_t imm) {
   if (!s) return;
   touch(id, *s);
   const auto ok = config_.mode == wire::PublishMode::imm ? s->core.on_immediate(imm) : s->core.on_doorbell(imm);
-  if (!ok) fail(id, ok.error());
-  else if (config_.mode == wire::PublishMode::tail) ++doorbells_;
+  if (!ok) {
+    fail(id, ok.error());
+  } else if (config_.mode == wire::PublishMode::tail) {
+    ++doorbells_;
+    watch(id, *s);  // its publish is in the tail MR, which read_tails now reads
+  }
 }
 
 void OwnerCore::on_tail(SessionId id, std::span<const std::byte, wire::kTailRecordSize> bytes) {
   Session* s = find(id);
   if (!s) return;
-  // Read every poll for every session, and mostly unchanged: only a move is a change.
+  // Read every poll for every session not parked, and mostly unchanged: only a move is a change.
   const std::uint64_t published = s->core.ledger().published;
   const std::uint64_t asked = s->core.counters().credit_requests;
-  if (auto ok = s->core.on_tail(bytes); !ok) fail(id, ok.error());
-  else if (s->core.ledger().published != published || s->core.counters().credit_requests != asked) touch(id, *s);
+  if (auto ok = s->core.on_tail(bytes); !ok) {
+    fail(id, ok.error());
+  } else if (s->core.ledger().published != published || s->core.counters().credit_requests != asked) {
+    touch(id, *s);
+    watch(id, *s);
+  } else {
+    take_quiet_tail(id, *s);
+  }
 }
 
 void OwnerCore::on_credit_completion(SessionId id, std::uint64_t wr_id) {
@@ -494,12 +553,15 @@ void OwnerCore::finish_deliveries(std::span<const TakenRecord> taken, std::size_
 void OwnerCore::prepare_sleep() noexcept {
   doorbells_at_prepare_ = doorbells_;
   if (config_.mode != wire::PublishMode::tail) return;  // an immediate wakes the owner anyway
-  counters_.session_visits += sessions_.size();
-  for (auto& [id, s] : sessions_)
-    if (s.link && s.link->established && !s.link->dead) {
-      s.core.want_doorbell(true);
-      touch_credit(id, s);
+  // A parked session has the flag already (wakeup.md §3.2): only the watched are asked.
+  counters_.session_visits += watched_.size();
+  for (SessionId id : watched_) {
+    Session* s = find(id);
+    if (s && s->watch != Watch::parked && s->link && s->link->established && !s->link->dead) {
+      s->core.want_doorbell(true);
+      touch_credit(id, *s);
     }
+  }
 }
 
 void OwnerCore::take_credits(std::vector<CreditPost>& out) {

@@ -199,8 +199,9 @@ class LoopbackFabric {
   // One session with an owner of its own. `relaxed`: the ring MR has relaxed ordering (mode imm
   // only, as RingOwnerOptions requires). Leases never run out.
   LoopbackFabric(wire::PublishMode mode, std::uint64_t ring_bytes, std::uint32_t max_record, ProducerConfig pc = {},
-                 ConsumerConfig cc = {}, bool relaxed = false)
-      : own_(std::make_unique<LoopbackOwner>(single_owner(mode, ring_bytes, max_record, cc))),
+                 ConsumerConfig cc = {}, bool relaxed = false,
+                 std::uint32_t tail_park_reads = OwnerConfig{}.tail_park_reads)
+      : own_(std::make_unique<LoopbackOwner>(single_owner(mode, ring_bytes, max_record, cc, tail_park_reads))),
         owner_(*own_),
         relaxed_(relaxed),
         producer_config_(pc) {
@@ -388,7 +389,8 @@ class LoopbackFabric {
   // MR. Errors: this session was closed (the core's reason and message).
   Result<void> take_publishes(std::size_t max = SIZE_MAX) {
     owner_.poll(max);
-    if (mode() == wire::PublishMode::tail && !closed())
+    // A parked session's tail is read only after its doorbell, as RingOwner reads it.
+    if (mode() == wire::PublishMode::tail && !closed() && owner_.core_.tail_watched(session_.id))
       owner_.core_.on_tail(session_.id, std::span<const std::byte, wire::kTailRecordSize>(tail_mr_));
     owner_.collect_closed();
     return alive();
@@ -651,8 +653,9 @@ class LoopbackFabric {
   };
 
   static OwnerConfig single_owner(wire::PublishMode mode, std::uint64_t ring_bytes, std::uint32_t max_record,
-                                  const ConsumerConfig& cc) {
+                                  const ConsumerConfig& cc, std::uint32_t tail_park_reads) {
     OwnerConfig c;
+    c.tail_park_reads = tail_park_reads;
     c.ring_bytes = ring_bytes;
     c.max_record = max_record;
     c.mode = mode;
@@ -787,9 +790,12 @@ class LoopbackFabric {
 };
 
 inline void LoopbackOwner::read_tails() {
-  if (config_.mode != wire::PublishMode::tail) return;
-  for (auto& [id, f] : fabrics_)
-    if (core_.consumer(id)) core_.on_tail(id, std::span<const std::byte, wire::kTailRecordSize>(f->tail_mr_));
+  core_.read_tails([this](SessionId id, std::span<std::byte, wire::kTailRecordSize> into) {
+    const auto it = fabrics_.find(id);
+    if (it == fabrics_.end()) return false;
+    std::copy(it->second->tail_mr_.begin(), it->second->tail_mr_.end(), into.begin());
+    return true;
+  });
   collect_closed();
 }
 

@@ -131,6 +131,45 @@ TEST_CASE("an idle owner and producer sleep, and the first record after a lull w
   CHECK(p.stats().sleeps == 0);  // nobody called the producer's own wait: the poster parks instead
 }
 
+TEST_CASE("mode tail: a polling owner parks its quiet sessions, reads no tail while idle, and each next record rings",
+          "[softroce][wakeup][park]") {
+  // wakeup.md §3.2 on a device: the owner polls without pause (the audit yields), so without
+  // parking it would read every tail thousands of times a second.
+  RingOwnerOptions o = owner_options(wire::PublishMode::tail);
+  o.tail_park_reads = 16;
+  const auto owner = RingOwner::start(o);
+  constexpr std::size_t kProducers = 4;
+  constexpr std::uint64_t kCycles = 3;
+  std::vector<Producer> producers;
+  for (std::size_t i = 0; i < kProducers; ++i) producers.push_back(Producer::attach(producer_options(*owner)));
+  Auditor audit(*owner);
+  for (std::uint64_t cycle = 0; cycle < kCycles; ++cycle) {
+    INFO("cycle " << cycle);
+    for (Producer& p : producers) {
+      REQUIRE(p.send(record_bytes(p.next_sequence()), 30s));
+      REQUIRE(p.drain(60s));
+    }
+    // Generous: a lost doorbell is a record that never arrives, not a slow one.
+    REQUIRE(wait_for([&] { return audit.delivered() == kProducers * (cycle + 1); }, 60s, 1ms));
+    // Parked: the reads stop, 200 ms in which the owner polls thousands of times reading none.
+    // A session that never parks reads on for ever: the bound is for that.
+    std::uint64_t reads = owner->stats().tail_reads;
+    REQUIRE(wait_for(
+        [&] {
+          std::this_thread::sleep_for(200ms);
+          const std::uint64_t now = owner->stats().tail_reads;
+          return std::exchange(reads, now) == now;
+        },
+        60s, 1ms));
+    CHECK(owner->stats().parks >= kProducers * (cycle + 1));
+  }
+  CHECK(audit.error().empty());
+  CHECK(audit.wrong() == 0);
+  const RingOwnerStats s = owner->stats();
+  CHECK(s.sessions_failed == 0);
+  CHECK(s.rings.doorbells >= kProducers * kCycles);  // each cycle's record rang for its parked session
+}
+
 TEST_CASE("a producer short of credit sleeps in wait() until the owner's answer wakes it", "[softroce][wakeup]") {
   const auto mode = GENERATE(wire::PublishMode::imm, wire::PublishMode::tail);
   INFO("mode " << (mode == wire::PublishMode::imm ? "imm" : "tail"));

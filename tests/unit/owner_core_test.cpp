@@ -365,6 +365,55 @@ TEST_CASE("a poll looks at the sessions that are busy, not at every session atta
   for (std::size_t i = 0; i < kSessions; ++i) CHECK(peers[i]->handled == (i % 97 == 0 && i / 97 < kBusy ? 401 : 1));
 }
 
+TEST_CASE("mode tail: an idle owner reads no tail record once its quiet sessions are parked", "[owner-core][scale][park]") {
+  // wakeup.md §3.2. 1,000 sessions attached, the same 10 publishing: a quiet session is asked
+  // for doorbells and parked, so a poll reads the tails of the busy ones only, and an idle
+  // owner's poll reads none. Before, every poll read all 1,000.
+  constexpr std::size_t kSessions = 1000, kBusy = 10;
+  constexpr std::uint32_t kParkReads = 4;
+  OwnerConfig cfg = owner_config(wire::PublishMode::tail, 1 << 13, 256, kSessions);
+  cfg.tail_park_reads = kParkReads;
+  LoopbackOwner owner(cfg);
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (std::uint64_t t = 0; t < kSessions; ++t)
+    peers.push_back(std::make_unique<Peer>(owner, t, [](std::uint64_t s) { return std::size_t{(s * 37) % 200}; }));
+  const auto poll = [&] {
+    owner.poll();
+    owner.read_tails();
+    return owner.deliver(SIZE_MAX, [&](const Delivery& d) {
+      Peer* p = peer_of(peers, d.session);
+      REQUIRE(p);
+      REQUIRE(p->check(d, p->handled) == "");
+      ++p->handled;
+    });
+  };
+  const OwnerCounters& c = owner.core().counters();
+  for (auto& p : peers) p->fill(1);
+  CHECK(poll() == kSessions);
+  // Quiet reads, the flag write, its completion, the read after it: parked.
+  for (std::uint32_t i = 0; i < kParkReads + 3; ++i) poll();
+  CHECK(c.parks == kSessions);
+  std::uint64_t reads = c.tail_reads;
+  for (int empty = 0; empty < 10; ++empty) CHECK(poll() == 0);
+  CHECK(c.tail_reads == reads);
+  for (int round = 0; round < 50; ++round) {
+    // Each busy producer has the flag (fill takes its credit record first), so its publish
+    // rings, and the doorbell brings its tail back among those read.
+    for (std::size_t i = 0; i < kBusy; ++i) peers[i * 97]->fill(peers[i * 97]->handled + 8);
+    reads = c.tail_reads;
+    CHECK(poll() == kBusy * 8);
+    CHECK(c.tail_reads - reads == kBusy);
+    reads = c.tail_reads;
+    for (std::uint32_t empty = 0; empty < kParkReads + 3; ++empty) CHECK(poll() == 0);
+    CHECK(c.tail_reads - reads <= kBusy * (kParkReads + 3));
+    reads = c.tail_reads;
+    for (int empty = 0; empty < 10; ++empty) CHECK(poll() == 0);
+    CHECK(c.tail_reads == reads);  // parked again
+  }
+  for (std::size_t i = 0; i < kSessions; ++i) CHECK(peers[i]->handled == (i % 97 == 0 && i / 97 < kBusy ? 401 : 1));
+  CHECK(c.sessions_failed == 0);
+}
+
 // ---- fencing ------------------------------------------------------------------------------------
 
 TEST_CASE("resume fences exactly the unread ring, in two pieces at the wrap, and keeps records being consumed", "[owner-core][fence]") {

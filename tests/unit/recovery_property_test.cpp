@@ -166,6 +166,9 @@ struct Options {
   // The owner may sleep (Op::sleep, and after each round of the final drain): then it acts only
   // when an event is in its completion queue or the control thread woke it, as RingOwner::wait.
   bool sleeps = false;
+  // Mode tail: the owner parks a session at its first quiet tail read (wakeup.md §3.2), so that
+  // every step between a park and a publish is tried; 0: never.
+  std::uint32_t park_reads = 0;
 };
 
 ProducerConfig small_send_queue() {
@@ -178,7 +181,7 @@ ProducerConfig small_send_queue() {
 class Harness {
  public:
   explicit Harness(const Options& o)
-      : o_(o), f_(o.mode, kRing, kMaxRecord, small_send_queue(), ConsumerConfig{}, o.relaxed) {
+      : o_(o), f_(o.mode, kRing, kMaxRecord, small_send_queue(), ConsumerConfig{}, o.relaxed, o.park_reads) {
     f_.delay_completions(true);
     f_.on_place = [this](const WorkRequest& wr) {
       if (overlaps_unreleased(wr)) {
@@ -370,6 +373,7 @@ class Harness {
 
   bool wedged() const { return wedged_; }
   bool slept() const { return slept_; }
+  std::uint64_t parks() const { return f_.owner().core().counters().parks; }
   std::uint64_t doorbells() const { return f_.producer->counters().doorbells; }
   bool resumed_holding() const { return resumed_holding_; }
   const LoopbackFabric::Stats& fabric_stats() const { return f_.stats(); }
@@ -647,7 +651,7 @@ class Harness {
 };
 
 // What a property reports about its cases (rapidcheck prints the share of each class).
-enum class Report { data_path, reorder, replay, sleep, none };
+enum class Report { data_path, reorder, replay, sleep, park, none };
 
 void run_schedule(const Options& o, const std::vector<Step>& steps, Report report = Report::none) {
   Harness h(o);
@@ -669,6 +673,10 @@ void run_schedule(const Options& o, const std::vector<Step>& steps, Report repor
       break;
     case Report::sleep:
       RC_CLASSIFY(h.slept(), "the owner slept");
+      RC_CLASSIFY(h.doorbells() > 0, "a doorbell rang");
+      break;
+    case Report::park:
+      RC_CLASSIFY(h.parks() > 0, "a session parked");
       RC_CLASSIFY(h.doorbells() > 0, "a doorbell rang");
       break;
     case Report::none: break;
@@ -714,6 +722,9 @@ const Weights kReplay = {{16, Op::send},        {3, Op::send_burst},     {6, Op:
 TEST_CASE("exactly-once in-order delivery under adversarial schedules", "[property]") {
   rc::prop("mode imm", [] { run_schedule({wire::PublishMode::imm}, *schedules(kBase), Report::data_path); });
   rc::prop("mode tail", [] { run_schedule({wire::PublishMode::tail}, *schedules(kBase), Report::data_path); });
+  rc::prop("mode tail, sessions parked", [] {
+    run_schedule({wire::PublishMode::tail, false, true, false, 1}, *schedules(kBase), Report::park);
+  });
 }
 
 TEST_CASE("placements reordered as far as the ring MR's ordering allows", "[property][reorder]") {
@@ -750,6 +761,11 @@ const Weights kSleep = {{20, Op::send},        {4, Op::send_burst},   {8, Op::fl
 TEST_CASE("no record waits for a sleeping owner", "[property][wakeup]") {
   rc::prop("mode imm", [] { run_schedule({wire::PublishMode::imm, false, true, true}, *schedules(kSleep), Report::sleep); });
   rc::prop("mode tail", [] { run_schedule({wire::PublishMode::tail, false, true, true}, *schedules(kSleep), Report::sleep); });
+  // Parked sessions and the owner's sleep together: a parked session keeps its flag through a
+  // sleep, and the sleep asks only the sessions not parked.
+  rc::prop("mode tail, sessions parked", [] {
+    run_schedule({wire::PublishMode::tail, false, true, true, 1}, *schedules(kSleep), Report::park);
+  });
 }
 
 // A resume whose reply was lost leaves the producer's epoch behind the session's, anywhere in the

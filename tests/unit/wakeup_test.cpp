@@ -233,6 +233,158 @@ TEST_CASE("tail mode: a doorbell taken at the sleep's re-check keeps the owner u
   CHECK(doorbells_in(*repair) == 1);
 }
 
+// ---- parking a quiet session (wakeup.md §3.2) ------------------------------------------------
+
+namespace {
+
+constexpr std::uint32_t kParkReads = 3;
+
+// Quiet reads until the session is asked for doorbells, and the flag write posted.
+void start_parking(LoopbackFabric& f) {
+  const auto writes = f.consumer().counters().doorbell_flag_writes;
+  for (std::uint32_t i = 0; i < kParkReads; ++i) f.owner().read_tails();
+  REQUIRE(f.owner().core().tail_watched(f.session()));
+  f.owner().post_credits();
+  REQUIRE(f.consumer().counters().doorbell_flag_writes == writes + 1);
+}
+
+void take_credit_record(LoopbackFabric& f) {
+  f.producer->on_credit(std::span<const std::byte, wire::kCreditRecordSize>(f.credit_mr()));
+}
+
+}  // namespace
+
+TEST_CASE("tail mode: a quiet session is parked once its flag is confirmed, and its next publish rings",
+          "[core][wakeup][park]") {
+  LoopbackFabric f(wire::PublishMode::tail, 1 << 16, 1024, {}, {}, false, kParkReads);
+  clear_doorbell_flag(f);
+  const OwnerCore& core = f.owner().core();
+  start_parking(f);
+  f.owner().read_tails();  // the flag write has not completed: the tail is still read
+  CHECK(core.tail_watched(f.session()));
+  f.owner().poll();        // its completion
+  f.owner().read_tails();  // the read after it, and nothing moved: parked
+  CHECK_FALSE(core.tail_watched(f.session()));
+  CHECK(core.counters().parks == 1);
+  const auto reads = core.counters().tail_reads;
+  for (int i = 0; i < 10; ++i) f.owner().read_tails();
+  CHECK(core.counters().tail_reads == reads);
+
+  take_credit_record(f);
+  CHECK(f.producer->doorbell());
+  REQUIRE(f.producer->send(kPayload, Clock::now()));
+  f.flush();
+  CHECK(f.immediates_queued() == 1);
+  f.owner().poll();  // the doorbell: read again, and the flag cleared (O2)
+  CHECK(core.tail_watched(f.session()));
+  std::size_t got = 0;
+  f.owner().read_tails();
+  f.deliver(SIZE_MAX, [&](const Delivery&) { ++got; });
+  CHECK(got == 1);
+  take_credit_record(f);
+  CHECK_FALSE(f.producer->doorbell());
+}
+
+TEST_CASE("tail mode: a publish racing the park's flag is found by the read after the flag's completion, or repaired",
+          "[core][wakeup][park]") {
+  // The publish is posted before the producer takes the flag (so it carries no doorbell), and
+  // placed: before the flag write completes, between its completion and the owner's read after
+  // it, or after that read (then the owner has parked, and only the repair's doorbell brings it).
+  for (int placed = 0; placed < 3; ++placed) {
+    INFO("placed " << (placed == 0 ? "before the flag's completion" : placed == 1 ? "before the read after it" : "after that read"));
+    LoopbackFabric f(wire::PublishMode::tail, 1 << 16, 1024, {}, {}, false, kParkReads);
+    clear_doorbell_flag(f);
+    const OwnerCore& core = f.owner().core();
+    start_parking(f);
+    REQUIRE(f.producer->send(kPayload, Clock::now()));
+    auto batch = f.producer->take_batch();
+    REQUIRE(batch);
+    REQUIRE(doorbells_in(*batch) == 0);
+    const auto place = [&] {
+      for (const WorkRequest& wr : batch->requests()) f.place(wr);
+    };
+    if (placed == 0) place();
+    f.owner().poll();
+    if (placed == 1) place();
+    f.owner().read_tails();
+    CHECK(core.tail_watched(f.session()) == (placed < 2));
+    if (placed == 2) place();
+    std::size_t got = 0;
+    for (int i = 0; i < 5; ++i) {
+      f.owner().read_tails();
+      f.deliver(SIZE_MAX, [&](const Delivery&) { ++got; });
+    }
+    CHECK(got == (placed < 2 ? 1u : 0u));
+    // The flag reaches the producer over `released` below what it published: it owes a doorbell.
+    take_credit_record(f);
+    auto repair = f.producer->take_batch();
+    REQUIRE(repair);
+    CHECK(doorbells_in(*repair) == 1);
+    for (const WorkRequest& wr : repair->requests()) f.place(wr);
+    f.owner().poll();
+    f.owner().read_tails();
+    f.deliver(SIZE_MAX, [&](const Delivery&) { ++got; });
+    CHECK(got == 1);
+    CHECK(core.tail_watched(f.session()));
+  }
+}
+
+TEST_CASE("tail mode: a session holding records, or with unread ones, is not parked", "[core][wakeup][park]") {
+  LoopbackFabric f(wire::PublishMode::tail, 1 << 16, 1024, {}, {}, false, kParkReads);
+  clear_doorbell_flag(f);
+  REQUIRE(f.producer->send(kPayload, Clock::now()));
+  f.flush();
+  f.deliver_publishes();
+  // Unread: read and quiet many times, never asked for doorbells.
+  for (int i = 0; i < 10; ++i) f.owner().read_tails();
+  f.owner().post_credits();
+  CHECK(f.consumer().counters().doorbell_flag_writes == 1);
+  // Taken and held by the application: its flag record's `released` would be below what the
+  // producer published, and the producer would ring at once.
+  auto held = f.next(Clock::now());
+  REQUIRE(held);
+  REQUIRE(held.value());
+  for (int i = 0; i < 10; ++i) f.owner().read_tails();
+  f.owner().post_credits();
+  CHECK(f.consumer().counters().doorbell_flag_writes == 1);
+  const TakenRecord taken = *held.value();
+  f.finish(std::span(&taken, 1), 1);
+  for (std::uint32_t i = 0; i < kParkReads; ++i) f.owner().read_tails();
+  f.owner().post_credits();
+  CHECK(f.consumer().counters().doorbell_flag_writes == 2);
+}
+
+TEST_CASE("tail mode: a parked session is read again after a resume and after its link breaks", "[core][wakeup][park]") {
+  LoopbackFabric f(wire::PublishMode::tail, 1 << 16, 1024, {}, {}, false, kParkReads);
+  clear_doorbell_flag(f);
+  const OwnerCore& core = f.owner().core();
+  const auto park = [&] {
+    start_parking(f);
+    f.owner().poll();
+    f.owner().read_tails();
+    REQUIRE_FALSE(core.tail_watched(f.session()));
+  };
+  park();
+  // A publish whose doorbell the break lost: its tail record landed, the doorbell did not.
+  take_credit_record(f);
+  REQUIRE(f.producer->send(kPayload, Clock::now()));
+  auto batch = f.producer->take_batch();
+  REQUIRE(batch);
+  for (const WorkRequest& wr : batch->requests())
+    if (wr.kind != WorkRequest::Kind::write_with_imm) f.place(wr);
+  f.drop();
+  CHECK(core.tail_watched(f.session()));
+  std::size_t got = 0;
+  f.owner().read_tails();
+  f.deliver(SIZE_MAX, [&](const Delivery&) { ++got; });
+  CHECK(got == 1);
+  REQUIRE(f.resume());
+  clear_doorbell_flag(f);
+  park();
+  REQUIRE(f.resume());
+  CHECK(core.tail_watched(f.session()));
+}
+
 TEST_CASE("tail mode: a flag over everything published asks for no doorbell", "[core][wakeup]") {
   LoopbackFabric f(wire::PublishMode::tail, 1 << 16, 1024);
   REQUIRE(f.producer->send(kPayload, Clock::now()));

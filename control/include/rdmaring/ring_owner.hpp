@@ -62,6 +62,11 @@ struct RingOwnerOptions {
   // Fairness: per poll round, each session with records ready may deliver up to this many payload
   // bytes (and at least one record) before the next session's turn (deficit round robin).
   std::uint32_t quantum_bytes = 64 * 1024;
+  // Mode tail: a session whose tail record this many polls in a row found unmoved, with nothing
+  // unread or held, is parked (protocol-spec/wakeup.md §3.2): asked to ring a doorbell after each
+  // publish, and its tail read only after one, so a poll reads the tails of busy sessions only.
+  // Zero: every tail is read at every poll.
+  std::uint32_t tail_park_reads = 1024;
   ConsumerConfig core;
 
   // Mutual TLS by default: ca, certificate and private_key must be set (control_security.hpp).
@@ -111,6 +116,8 @@ struct RingOwnerStats {
   std::uint64_t restore_gaps = 0;        // restores where the producer no longer held every unprocessed record
   std::uint64_t handler_aborts = 0;      // give-backs: a poll left a session's records for the next (abort, stop, a throw)
   std::uint64_t session_visits = 0;      // sessions the data path looked at: grows with busy sessions, not attached ones
+  std::uint64_t tail_reads = 0;          // mode tail: tail records read (parked sessions' are not)
+  std::uint64_t parks = 0;               // mode tail: sessions parked (wakeup.md §3.2)
   std::uint64_t connect_refused = 0;     // connect requests refused (any reason in `sessions`)
   std::uint64_t sessions_failed = 0;     // closed because their producer broke the protocol
   std::uint64_t recv_completions = 0;

@@ -49,6 +49,10 @@ struct OwnerConfig {
   std::chrono::nanoseconds lease = std::chrono::seconds(30);
   // Deficit round robin: payload bytes a session may deliver per turn (at least one record).
   std::uint32_t quantum_bytes = 64 * 1024;
+  // Mode tail: a session whose tail record was read this many times in a row without a move, with
+  // nothing unread or unreleased, is parked (wakeup.md §3.2): its producer is asked to ring, and
+  // once it has the flag the owner stops reading that tail until a doorbell. Zero: never parked.
+  std::uint32_t tail_park_reads = 1024;
   ConsumerConfig core;
   // Empty: any identity, no per-identity quota. Else the FIRST rule that matches applies; none
   // matching: unauthorized.
@@ -142,10 +146,12 @@ struct OwnerCounters {
   std::uint64_t refused_unauthorized = 0;  // attaches and restores of an identity no allow rule matches
   std::uint64_t refused_quota = 0;         // attaches and restores beyond the identity's rule's quota
   // Sessions this core looked at for a delivery, a credit or a doorbell flag: grows with the
-  // events and records of busy sessions, not with the sessions attached, but for sleeps in mode
-  // tail (each asks every session for a doorbell). Mode tail's adapter still reads every
-  // session's tail record per poll (on_tail, not counted here): no hint says which moved.
+  // events and records of busy sessions, not with the sessions attached.
   std::uint64_t session_visits = 0;
+  // Mode tail: tail records read (read_tails), and sessions parked (wakeup.md §3.2). A parked
+  // session's tail is read again only after its doorbell, so an idle owner's poll reads none.
+  std::uint64_t tail_reads = 0;
+  std::uint64_t parks = 0;
   ConsumerCounters closed_rings;        // summed over the rings of closed sessions
   std::string last_session_failure;
 };
@@ -212,6 +218,12 @@ class OwnerCore {
   // ---- the data path --------------------------------------------------------------------------
 
   void on_immediate(SessionId id, std::uint32_t imm);
+  // Mode tail: the tail record of every session not parked, each copied by `read(id, into)` (into
+  // a std::span<std::byte, wire::kTailRecordSize>; false: no such ring, skipped) and then taken as
+  // on_tail(). A session a doorbell or a resume unparks is read from the next call on (or from
+  // this one, if it came before).
+  template <class Read>
+  void read_tails(Read&& read);
   void on_tail(SessionId id, std::span<const std::byte, wire::kTailRecordSize> bytes);
   void on_credit_completion(SessionId id, std::uint64_t wr_id);
   void on_error_completion(SessionId id);
@@ -232,8 +244,9 @@ class OwnerCore {
   void finish_deliveries(std::span<const TakenRecord> taken, std::size_t handled);
   // Credit write-backs due on live, established links.
   void take_credits(std::vector<CreditPost>& out);
-  // The owner is about to sleep (mode tail): every established link's producer is asked to
-  // follow its publishes with a doorbell, by the credit records the next take_credits returns.
+  // The owner is about to sleep (mode tail): every established link's producer not parked
+  // already is asked to follow its publishes with a doorbell, by the credit records the next
+  // take_credits returns.
   // The owner may sleep at once: each write that sets a flag is signaled, and its completion
   // wakes the owner for the re-check that makes the sleep safe (protocol-spec/wakeup.md).
   void prepare_sleep() noexcept;
@@ -243,6 +256,9 @@ class OwnerCore {
   // not sleep; the next try sets the flag again (wakeup.md §3.1 step 4).
   bool doorbell_since_prepare() const noexcept { return doorbells_ != doorbells_at_prepare_; }
 
+  // Whether take_closed, take_broken or take_records has anything: the adapter asks at every
+  // poll, and an empty answer costs no vector.
+  bool has_actions() const noexcept { return !closed_.empty() || !broken_.empty() || !records_.empty(); }
   // Sessions ended since the last call: the adapter tears down their QPs and rings.
   std::vector<ClosedSession> take_closed();
   // Sessions whose link broke since the last call: the adapter disconnects their QPs, so that a
@@ -259,6 +275,9 @@ class OwnerCore {
   std::vector<SessionId> session_ids() const;  // ascending
   // Whether the session has an admitted QP that is neither dead nor replaced.
   bool link_live(SessionId id) const noexcept;
+  // Mode tail: whether the session's tail record is read at every poll (false: parked, read
+  // only after its doorbell).
+  bool tail_watched(SessionId id) const noexcept;
 
  private:
   struct Link {
@@ -269,6 +288,9 @@ class OwnerCore {
   // Where a session stands in deficit round robin: not backlogged, queued for a turn, or
   // backlogged with a next record that failed its checks (re-read at every take, wakeup.md O7).
   enum class Turn : std::uint8_t { idle, queued, stalled };
+  // Mode tail (wakeup.md §3.2): its tail record read at every poll; asked to ring and waiting
+  // for the flag write's completion (still read); or parked (read after a doorbell only).
+  enum class Watch : std::uint8_t { watched, parking, parked };
   struct Session {
     ConsumerCore core;
     std::optional<Link> link;
@@ -279,6 +301,9 @@ class OwnerCore {
     // On the lists of sessions an event touched since take_deliveries and take_credits looked.
     bool publish_touched = false;
     bool credit_touched = false;
+    Watch watch = Watch::watched;
+    bool on_watch_list = false;      // in watched_ (a parked one stays there until it is compacted)
+    std::uint32_t quiet_reads = 0;   // tail reads in a row that found no move
   };
 
   Session* find(SessionId id) noexcept;
@@ -302,6 +327,12 @@ class OwnerCore {
   }
   // Queues a backlogged session for a turn (last, or first when its turn goes on).
   void enqueue(SessionId id, Session& s, bool first);
+  // Mode tail: its tail is read at every poll again, and its quiet count starts over.
+  void watch(SessionId id, Session& s);
+  // Whether nothing of the session is unread, unreleased or owed over an established, live link:
+  // only then may it park, so that the flag record's `released` is what the owner has seen.
+  bool parkable(const Session& s) const noexcept;
+  void take_quiet_tail(SessionId id, Session& s);
 
   OwnerConfig config_;
   RingGeometry geometry_;
@@ -315,6 +346,11 @@ class OwnerCore {
   std::vector<SessionId> stalled_;    // Turn::stalled
   std::vector<SessionId> publish_touched_;
   std::vector<SessionId> credit_touched_;
+  // Mode tail: the sessions read_tails reads (Watch::watched, parking, and parked ones not yet
+  // compacted away). Entries of ended or parked sessions are dropped at the next read_tails, not
+  // at once: an end or a park may come from inside read_tails' own loop.
+  std::vector<SessionId> watched_;
+  bool watched_stale_ = false;
   std::vector<ClosedSession> closed_;
   std::vector<SessionId> broken_;
   std::vector<SessionRecord> records_;
@@ -323,5 +359,28 @@ class OwnerCore {
   std::uint64_t doorbells_at_prepare_ = 0;
   OwnerCounters counters_;
 };
+
+template <class Read>
+void OwnerCore::read_tails(Read&& read) {
+  if (config_.mode != wire::PublishMode::tail) return;
+  if (std::exchange(watched_stale_, false)) {
+    std::erase_if(watched_, [this](SessionId id) {
+      Session* s = find(id);
+      if (s && s->watch != Watch::parked) return false;
+      if (s) s->on_watch_list = false;
+      return true;
+    });
+  }
+  // By index: an event inside the loop may append (never erase) an entry.
+  for (std::size_t i = 0; i < watched_.size(); ++i) {
+    const SessionId id = watched_[i];
+    const Session* s = find(id);
+    if (!s || s->watch == Watch::parked) continue;
+    std::array<std::byte, wire::kTailRecordSize> tail;
+    if (!read(id, std::span<std::byte, wire::kTailRecordSize>(tail))) continue;
+    ++counters_.tail_reads;
+    on_tail(id, tail);
+  }
+}
 
 }  // namespace rdmaring
