@@ -117,7 +117,6 @@ void OwnerCore::take_quiet_tail(SessionId id, Session& s) {
   touch_credit(id, s);
 }
 
-
 void OwnerCore::touch_publish(SessionId id, Session& s) {
   if (!std::exchange(s.publish_touched, true)) publish_touched_.push_back(id);
 }
