@@ -384,6 +384,10 @@ std::uint16_t RingOwner::data_port() const { return s_->data.data_port(); }
 
 Result<std::span<const TakenRecord>> RingOwner::begin_poll(std::size_t max) { return s_->data.begin_poll(max); }
 std::size_t RingOwner::end_poll(std::size_t handled) noexcept { return s_->data.end_poll(handled); }
+Result<std::vector<TakenRecord>> RingOwner::take(std::size_t max) { return s_->data.take(max); }
+Result<void> RingOwner::finish(std::span<const TakenRecord> batch, std::size_t handled) {
+  return s_->data.finish(batch, handled);
+}
 Result<bool> RingOwner::wait(std::chrono::milliseconds timeout) { return s_->data.wait(timeout); }
 Result<bool> RingOwner::arm() { return s_->data.arm(); }
 int RingOwner::fd() const { return s_->data.fd(); }

@@ -15,6 +15,7 @@
 #include "fill.hpp"
 #include "rdmaring/gpu/dmabuf_route.hpp"
 #include "rdmaring/gpu/gpu_delivery.hpp"
+#include "rdmaring/held_batches.hpp"
 
 using namespace rdmaring;
 using rdmaring::gpu::test::record_byte;
@@ -47,12 +48,31 @@ std::uint64_t send_some(test::LoopbackFabric& f, std::uint64_t sequence, std::ui
   return sequence;
 }
 
+// The loopback owner under RingOwner's rules for held batches (protocol-spec/owner.md §5.1):
+// take() and finish() return Results, and a finish out of that order is refused, as by
+// RingOwner::finish, so the delivery's order is checked at every release.
+struct HeldOwner {
+  test::LoopbackOwner& owner;
+  HeldBatches held;
+  Result<std::vector<TakenRecord>> take(std::size_t max) {
+    std::vector<TakenRecord> t = owner.take(max);
+    held.hold(t, {});
+    return t;
+  }
+  Result<void> finish(std::span<const TakenRecord> batch, std::size_t handled) {
+    BOOST_OUTCOME_TRYV(held.remove(batch, handled));
+    owner.finish(batch, handled);
+    return success();
+  }
+};
+
 }  // namespace
 
-TEST_CASE("1,000,000 records of mixed sizes reach HBM exact and in order, checked by a kernel") {
+TEST_CASE("1,000,000 records of mixed sizes reach HBM exact and in order, checked by a kernel, in RingOwner's order") {
   test::LoopbackFabric f(wire::PublishMode::imm, 1 << 20, 4096);
   const std::span<std::byte> rings[] = {f.ring()};
   gpu::GpuDelivery delivery(rings, {.slots = 4, .max_records = 512});
+  HeldOwner owner{f.owner(), {}};
   Tally* tally = nullptr;
   REQUIRE(cudaMalloc(reinterpret_cast<void**>(&tally), sizeof(Tally)) == cudaSuccess);
   REQUIRE(cudaMemset(tally, 0, sizeof(Tally)) == cudaSuccess);
@@ -63,14 +83,15 @@ TEST_CASE("1,000,000 records of mixed sizes reach HBM exact and in order, checke
   for (std::uint64_t s = 0; s < kRecords; ++s) expected_bytes += record_length(s, kMaxPayload);
   while (taken < kRecords) {
     sent = send_some(f, sent, kRecords);
-    auto polled = delivery.poll(f.owner(), 512, [&](cudaStream_t stream, const gpu::GpuBatch& b) {
+    auto polled = delivery.poll(owner, 512, [&](cudaStream_t stream, const gpu::GpuBatch& b) {
       launch_check_records(stream, b, taken, tally);
     });
     REQUIRE(polled.has_value());
     taken += polled.value();
     f.return_credit();
   }
-  REQUIRE(delivery.drain(f.owner()).has_value());
+  REQUIRE(delivery.drain(owner).has_value());
+  CHECK(owner.held.empty());
   f.return_credit();
   Tally seen{};
   REQUIRE(cudaMemcpy(&seen, tally, sizeof(Tally), cudaMemcpyDeviceToHost) == cudaSuccess);

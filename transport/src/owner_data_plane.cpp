@@ -360,6 +360,21 @@ Result<bool> OwnerDataPlane::wait(std::chrono::milliseconds timeout) {
   return waiter_->wait(timeout);
 }
 
+Result<void> OwnerDataPlane::take_into(std::size_t max, std::vector<TakenRecord>& taken,
+                                       std::vector<std::shared_ptr<SessionRing>>& pinned, Notices& notices) {
+  disarm();
+  BOOST_OUTCOME_TRYV(take_events(notices));
+  // The clock only when something was published: an idle consumer polls in a tight loop, and
+  // under emulation a clock read costs more than the rest of an empty poll.
+  if (core_.wants_clock()) core_.take_deliveries(max, Clock::now(), taken);
+  apply_actions(notices);
+  for (const TakenRecord& t : taken) {
+    if (!pinned.empty() && pinned.back().get() == ring_of(t.delivery.session)) continue;
+    if (const auto it = rings_.find(t.delivery.session); it != rings_.end()) pinned.push_back(it->second);
+  }
+  return success();
+}
+
 Result<std::span<const TakenRecord>> OwnerDataPlane::begin_poll(std::size_t max) {
   Notices notices;
   {
@@ -367,17 +382,11 @@ Result<std::span<const TakenRecord>> OwnerDataPlane::begin_poll(std::size_t max)
     if (polling_)
       return make_error(errc::invalid_argument,
                         "poll() while a poll is open: from inside a handler, or from a second thread");
-    disarm();
-    BOOST_OUTCOME_TRYV(take_events(notices));
+    if (!held_.empty())
+      return make_error(errc::invalid_argument, "poll() while " + std::to_string(held_.size()) +
+                                                    " batches are held: finish() them first");
     taken_.clear();
-    // The clock only when something was published: an idle consumer polls in a tight loop, and
-    // under emulation a clock read costs more than the rest of an empty poll.
-    if (core_.wants_clock()) core_.take_deliveries(max, Clock::now(), taken_);
-    apply_actions(notices);
-    for (const TakenRecord& t : taken_) {
-      if (!pinned_.empty() && pinned_.back().get() == ring_of(t.delivery.session)) continue;
-      if (const auto it = rings_.find(t.delivery.session); it != rings_.end()) pinned_.push_back(it->second);
-    }
+    BOOST_OUTCOME_TRYV(take_into(max, taken_, pinned_, notices));
     polling_ = true;
   }
   notify(notices);
@@ -400,6 +409,40 @@ std::size_t OwnerDataPlane::end_poll(std::size_t handled) noexcept {
   pinned_.swap(unpin);  // keeps the vector's capacity for the next poll
   notify(notices);
   return std::min(handled, taken_.size());
+}
+
+Result<std::vector<TakenRecord>> OwnerDataPlane::take(std::size_t max) {
+  Notices notices;
+  std::vector<TakenRecord> taken;
+  {
+    std::lock_guard lock(m_);
+    if (polling_) return make_error(errc::invalid_argument, "take() while a poll is open: from inside a handler");
+    std::vector<std::shared_ptr<SessionRing>> pinned;
+    BOOST_OUTCOME_TRYV(take_into(max, taken, pinned, notices));
+    // What the events asked for goes out now, as end_poll would post it: a credit request read
+    // here (a producer waiting to drain) is answered even when nothing is taken.
+    post_credits();
+    held_.hold(taken, {pinned.begin(), pinned.end()});
+  }
+  notify(notices);
+  return taken;
+}
+
+Result<void> OwnerDataPlane::finish(std::span<const TakenRecord> batch, std::size_t handled) {
+  Notices notices;
+  std::vector<std::shared_ptr<void>> unpin;
+  {
+    std::lock_guard lock(m_);
+    BOOST_OUTCOME_TRY(h, held_.remove(batch, handled));
+    core_.finish_deliveries(h.taken, handled);
+    post_credits();
+    apply_actions(notices);
+    unpin = std::move(h.pins);
+  }
+  // A ring whose session closed while the batch was held is freed here, outside the lock.
+  unpin.clear();
+  notify(notices);
+  return success();
 }
 
 // ---- the control thread -------------------------------------------------------------------------

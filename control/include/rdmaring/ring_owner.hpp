@@ -171,6 +171,20 @@ class RingOwner {
   template <class Handler>
   Result<std::size_t> poll_batch(Handler&& handler, std::size_t max);
 
+  // ---- held batches (protocol-spec/owner.md §5.1) ----
+  // For a consumer whose handling ends after the call, as a GPU copy does (gpu/): take() takes
+  // up to `max` records as poll() would and returns them still being consumed; their payload
+  // spans stay valid, and their rings allocated, until finish(), whatever becomes of their
+  // sessions. Several batches may be held at once; poll() and poll_batch() are refused while any
+  // is. An empty batch is not held. Errors: poll()'s; invalid_argument from inside a handler.
+  Result<std::vector<TakenRecord>> take(std::size_t max);
+  // The first `handled` of a held batch (as take() returned it) were handled: released, the
+  // rest given back, as poll_batch() does with a count. The oldest held batch may finish wholly
+  // handled, the newest be given back whole (handled 0), a batch held alone with any count.
+  // Errors: invalid_argument, changing nothing, for any other finish, a batch not held, or
+  // `handled` past its end.
+  Result<void> finish(std::span<const TakenRecord> batch, std::size_t handled);
+
   // ---- sleeping instead of spinning (protocol-spec/wakeup.md) ----
   // From the polling thread, between polls: sleeps until poll() may have work or `timeout`
   // passes (negative: no limit). It takes what is waiting, asks tail-mode producers to follow

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "rdmaring/held_batches.hpp"
 #include "rdmaring/owner_core.hpp"
 #include "rdmaring/post.hpp"
 #include "rdmaring/verbs/async_events.hpp"
@@ -112,6 +113,16 @@ class OwnerDataPlane {
   Result<std::span<const TakenRecord>> begin_poll(std::size_t max);
   // The first `handled` of them were handled: released; the rest are given back. Posts credit.
   std::size_t end_poll(std::size_t handled) noexcept;
+  // Held batches (owner.md §5.1), for a consumer whose handling ends after the call, as a GPU
+  // copy does: take() takes up to `max` records as begin_poll does and keeps them being
+  // consumed, their rings alive, until finish(). Several may be held at once; no poll is open
+  // meanwhile. Errors: begin_poll's; invalid_argument while a poll is open.
+  Result<std::vector<TakenRecord>> take(std::size_t max);
+  // The first `handled` of a held batch (as take() returned it) were handled: released, the
+  // rest given back; posts credit. HeldBatches::remove says which batch may end now. Errors:
+  // invalid_argument (a batch not held, out of order, or `handled` past its end), and nothing
+  // changes.
+  Result<void> finish(std::span<const TakenRecord> batch, std::size_t handled);
   // Before the polling thread sleeps (protocol-spec/wakeup.md): takes what is waiting, asks
   // tail-mode producers for doorbells, arms the CQ and looks again. false: there is work now (or
   // a wake() came), poll instead of sleeping; true: fd() becomes readable at the next event. Errors:
@@ -204,11 +215,18 @@ class OwnerDataPlane {
   std::unordered_map<rdma_cm_id*, SessionId> by_cm_;
   std::unordered_map<SessionId, Fault> faults_;  // tests only: checked after one empty() on the data path
 
+  // Under the lock: takes up to `max` records into `taken` and the rings they lie in into
+  // `pinned`, after the events waiting.
+  Result<void> take_into(std::size_t max, std::vector<TakenRecord>& taken,
+                         std::vector<std::shared_ptr<SessionRing>>& pinned, Notices& notices);
+
   // The open poll (polling thread only): the records taken and the rings they lie in, kept
   // alive until end_poll even if their session closes meanwhile.
   bool polling_ = false;
   std::vector<TakenRecord> taken_;
   std::vector<std::shared_ptr<SessionRing>> pinned_;
+  // Held batches, oldest first, each with the rings it pins (polling thread only).
+  HeldBatches held_;
   std::vector<CreditPost> credit_scratch_;
 };
 

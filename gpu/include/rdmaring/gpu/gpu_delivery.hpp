@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <deque>
 #include <span>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "rdmaring/gpu/cuda_objects.hpp"
@@ -20,6 +22,18 @@
 #include "rdmaring/owner_core.hpp"
 
 namespace rdmaring::gpu {
+
+// An owner side's finish(): LoopbackOwner's returns nothing, RingOwner's a Result (it refuses a
+// batch out of the order of protocol-spec/owner.md §5.1, which this delivery keeps).
+template <class Owner>
+Result<void> finish_on(Owner& owner, std::span<const TakenRecord> taken, std::size_t handled) {
+  if constexpr (std::is_void_v<decltype(owner.finish(taken, handled))>) {
+    owner.finish(taken, handled);
+    return success();
+  } else {
+    return owner.finish(taken, handled);
+  }
+}
 
 struct GpuDeliveryOptions {
   std::size_t slots = 4;           // batches in copy or being consumed at once
@@ -39,16 +53,19 @@ class GpuDelivery {
   cudaStream_t stream() const noexcept { return stream_.get(); }
   std::size_t in_copy() const noexcept { return in_copy_.size(); }
 
-  // One step, over an owner side with take(max) -> vector<TakenRecord> and finish(span, handled)
-  // (LoopbackOwner; RingOwner once it offers them): first releases the batches whose copy
-  // completed, oldest first; then, if a slot is free, takes up to `max` records, copies them and
-  // calls launch(stream, GpuBatch) to enqueue their consumer. Returns how many records it took.
+  // One step, over an owner side with take(max) -> vector<TakenRecord> (or a Result of one) and
+  // finish(span, handled) (LoopbackOwner; RingOwner's held batches): first releases the batches
+  // whose copy completed, oldest first; then, if a slot is free, takes up to `max` records,
+  // copies them and calls launch(stream, GpuBatch) to enqueue their consumer. Returns how many
+  // records it took.
   template <class Owner, class Launch>
   Result<std::size_t> poll(Owner& owner, std::size_t max, Launch&& launch) {
     BOOST_OUTCOME_TRYV(release_copied(owner));
     Slot* slot = free_slot();
     if (!slot) return std::size_t{0};
-    std::vector<TakenRecord> taken = owner.take(std::min(max, options_.max_records));
+    Result<std::vector<TakenRecord>> took = owner.take(std::min(max, options_.max_records));
+    if (!took) return std::move(took).error();
+    std::vector<TakenRecord> taken = std::move(took).value();
     if (taken.empty()) return std::size_t{0};
     auto copied = copy(*slot, taken);
     Result<void> enqueued = success();
@@ -59,8 +76,9 @@ class GpuDelivery {
       enqueued = std::move(copied).error();
     }
     if (!enqueued) {
-      // Nothing was made valid on the GPU: the records go back, unreleased.
-      owner.finish(taken, 0);
+      // Nothing was made valid on the GPU: the records go back, unreleased (the newest batch,
+      // given back whole).
+      (void)finish_on(owner, taken, 0);
       return std::move(enqueued).error();
     }
     const std::size_t n = taken.size();
@@ -74,7 +92,7 @@ class GpuDelivery {
     while (!in_copy_.empty()) {
       BOOST_OUTCOME_TRY(done, completed(in_copy_.front().slot->copied));
       if (!done) break;
-      owner.finish(in_copy_.front().taken, in_copy_.front().taken.size());
+      BOOST_OUTCOME_TRYV(finish_on(owner, in_copy_.front().taken, in_copy_.front().taken.size()));
       in_copy_.pop_front();
     }
     return success();
