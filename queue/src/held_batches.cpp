@@ -17,7 +17,7 @@ Result<HeldBatches::Batch> HeldBatches::remove(std::span<const TakenRecord> batc
     return make_error(errc::invalid_argument,
                       "finish(): " + std::to_string(handled) + " handled of a batch of " + std::to_string(batch.size()));
   const auto is = [&batch](const Batch& h) {
-    return !batch.empty() && h.taken.size() == batch.size() &&
+    return h.taken.size() == batch.size() &&
            h.taken.front().delivery.session == batch.front().delivery.session &&
            h.taken.front().delivery.sequence == batch.front().delivery.sequence;
   };
@@ -27,13 +27,13 @@ Result<HeldBatches::Batch> HeldBatches::remove(std::span<const TakenRecord> batc
   // A give-back moves its sessions' read positions back to its first record given back: past
   // it, only records of no other held batch may lie.
   const bool allowed = (oldest && handled == batch.size()) || (newest && (handled == 0 || oldest));
-  if (!allowed)
-    return make_error(errc::invalid_argument,
-                      std::string(oldest ? "finish(): the oldest of " + std::to_string(held_.size()) +
-                                               " held batches, partly handled: only the newest may give records back"
-                                         : "finish(): a batch taken after the oldest of the " +
-                                               std::to_string(held_.size()) + " held") +
-                          " (finish them in the order taken; the newest may be given back whole)");
+  if (!allowed) {
+    const std::string what = oldest ? "the oldest of " + std::to_string(held_.size()) + " held batches, partly handled"
+                                    : "a batch taken after the oldest of the " + std::to_string(held_.size()) + " held";
+    return make_error(errc::invalid_argument, "finish(): " + what +
+                                                  ": finish them in the order taken (only the newest may give records "
+                                                  "back, and only whole)");
+  }
   Batch out = std::move(oldest ? held_.front() : held_.back());
   if (oldest) held_.pop_front();
   else held_.pop_back();

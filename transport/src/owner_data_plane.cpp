@@ -361,7 +361,7 @@ Result<bool> OwnerDataPlane::wait(std::chrono::milliseconds timeout) {
 }
 
 Result<void> OwnerDataPlane::take_into(std::size_t max, std::vector<TakenRecord>& taken,
-                                       std::vector<std::shared_ptr<SessionRing>>& pinned, Notices& notices) {
+                                       std::vector<std::shared_ptr<void>>& pinned, Notices& notices) {
   disarm();
   BOOST_OUTCOME_TRYV(take_events(notices));
   // The clock only when something was published: an idle consumer polls in a tight loop, and
@@ -395,7 +395,7 @@ Result<std::span<const TakenRecord>> OwnerDataPlane::begin_poll(std::size_t max)
 
 std::size_t OwnerDataPlane::end_poll(std::size_t handled) noexcept {
   Notices notices;
-  std::vector<std::shared_ptr<SessionRing>> unpin;
+  std::vector<std::shared_ptr<void>> unpin;
   {
     std::lock_guard lock(m_);
     core_.finish_deliveries(taken_, handled);
@@ -417,12 +417,12 @@ Result<std::vector<TakenRecord>> OwnerDataPlane::take(std::size_t max) {
   {
     std::lock_guard lock(m_);
     if (polling_) return make_error(errc::invalid_argument, "take() while a poll is open: from inside a handler");
-    std::vector<std::shared_ptr<SessionRing>> pinned;
+    std::vector<std::shared_ptr<void>> pinned;
     BOOST_OUTCOME_TRYV(take_into(max, taken, pinned, notices));
     // What the events asked for goes out now, as end_poll would post it: a credit request read
     // here (a producer waiting to drain) is answered even when nothing is taken.
     post_credits();
-    held_.hold(taken, {pinned.begin(), pinned.end()});
+    held_.hold(taken, std::move(pinned));
   }
   notify(notices);
   return taken;

@@ -2,8 +2,8 @@
 // may finish now. Releasing is per session up to a position, and a give-back moves a session's
 // read position back to it, so only the oldest batch may be released, and only the newest may
 // give records back; anything else would release bytes of an older batch still being read, or
-// deliver a newer one's records twice. Sans I/O: the adapter
-// (OwnerDataPlane) keeps one beside its OwnerCore and finishes the batch remove() returns.
+// deliver a newer one's records twice. Sans I/O: the adapter (OwnerDataPlane) keeps one beside
+// its OwnerCore and finishes the batch remove() returns.
 #pragma once
 
 #include <cstddef>
@@ -30,7 +30,8 @@ class HeldBatches {
   // The held batch `batch` names (by its first record and its length: no record is in two held
   // batches), taken out, when finish(batch, handled) may end it now: the oldest wholly handled,
   // the newest given back whole (`handled` 0), or the only one with any `handled` up to its
-  // size (an empty `batch` with 0: an empty Batch, nothing held changes). Errors: invalid_argument, saying which rule, and nothing changes.
+  // size (an empty `batch` with 0: an empty Batch, nothing held changes). Errors:
+  // invalid_argument, saying which rule, and nothing changes.
   Result<Batch> remove(std::span<const TakenRecord> batch, std::size_t handled);
 
   bool empty() const noexcept { return held_.empty(); }

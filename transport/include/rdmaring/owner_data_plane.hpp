@@ -217,14 +217,14 @@ class OwnerDataPlane {
 
   // Under the lock: takes up to `max` records into `taken` and the rings they lie in into
   // `pinned`, after the events waiting.
-  Result<void> take_into(std::size_t max, std::vector<TakenRecord>& taken,
-                         std::vector<std::shared_ptr<SessionRing>>& pinned, Notices& notices);
+  Result<void> take_into(std::size_t max, std::vector<TakenRecord>& taken, std::vector<std::shared_ptr<void>>& pinned,
+                         Notices& notices);
 
   // The open poll (polling thread only): the records taken and the rings they lie in, kept
   // alive until end_poll even if their session closes meanwhile.
   bool polling_ = false;
   std::vector<TakenRecord> taken_;
-  std::vector<std::shared_ptr<SessionRing>> pinned_;
+  std::vector<std::shared_ptr<void>> pinned_;
   // Held batches, oldest first, each with the rings it pins (polling thread only).
   HeldBatches held_;
   std::vector<CreditPost> credit_scratch_;
