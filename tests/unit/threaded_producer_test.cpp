@@ -210,12 +210,18 @@ TEST_CASE("ThreadedProducer: back-pressure with a tiny slot pool loses nothing",
     CHECK(tp.stats().would_block >= 2);
     CHECK(tp.stats().handed_to_sink == 0);
 
+    // The poster may not have been scheduled yet on a loaded machine: open the sink only once it
+    // has met the full one, so the retry path is what hands the records over.
+    for (const auto deadline = std::chrono::steady_clock::now() + 10s;
+         tp.stats().sink_retries == 0 && std::chrono::steady_clock::now() < deadline;) {
+      std::this_thread::sleep_for(1ms);
+    }
+    REQUIRE(tp.stats().sink_retries > 0);
     sink.full = false;
     REQUIRE(tp.send(encode(0, 4), 5s));
     REQUIRE(tp.drain(5s));
     REQUIRE(tp.stop());
     check_per_thread_order(sink, 1, 5);
-    CHECK(tp.stats().sink_retries > 0);
   }
 }
 
