@@ -72,7 +72,7 @@ void write(schema::RingGrant::Builder out, const RingGrant& g, bool with_secret)
 void write(schema::Refusal::Builder out, const Error& e) {
   out.setCode(to_code(e));
   // The code travels on its own; the reader's Error::message() adds its text again.
-  out.setMessage(e.context.empty() ? e.code.message() : e.context);
+  out.setMessage(e.context.empty() ? make_error_code(e.code).message() : e.context);
 }
 
 void write(schema::Credentials::Builder out, const Credentials& c) {

@@ -51,14 +51,14 @@ const std::error_category& rdmaring_category() noexcept {
 std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), rdmaring_category()}; }
 
 std::string Error::message() const {
-  std::string m = code.message();
+  std::string m = make_error_code(code).message();
   if (!context.empty()) m = context + ": " + m;
   if (sys_errno != 0) m += " (errno " + std::to_string(sys_errno) + ": " + std::strerror(sys_errno) + ")";
   return m;
 }
 
 Error make_error(errc e, std::string context, int sys_errno) {
-  return Error{make_error_code(e), sys_errno, std::move(context)};
+  return Error{e, sys_errno, std::move(context)};
 }
 
 SetupError::SetupError(Error e) : std::runtime_error(e.message()), error_(std::move(e)) {}

@@ -52,14 +52,17 @@ const std::error_category& rdmaring_category() noexcept;
 std::error_code make_error_code(errc e) noexcept;
 
 // What failed: the code, the errno of the failing call (0 if none), and a one-line context
-// naming the call and object ("ibv_post_send(qp 0x11 on rxe0)").
+// naming the call and object ("ibv_post_send(qp 0x11 on rxe0)"). The code is the enum itself,
+// not a std::error_code (make_error_code(code) makes one): every Result carries an Error beside
+// its value (Boost.Outcome 2.1), and a default std::error_code is a call into the C++ runtime
+// (system_category()) in each, which showed in the guest's profile of the data path.
 struct Error {
-  std::error_code code;
+  errc code{};
   int sys_errno = 0;
   std::string context;
 
   std::string message() const;
-  bool operator==(errc e) const noexcept { return code == make_error_code(e); }
+  bool operator==(errc e) const noexcept { return code == e; }
 };
 
 Error make_error(errc e, std::string context = {}, int sys_errno = 0);
