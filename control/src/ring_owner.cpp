@@ -388,6 +388,7 @@ Result<std::vector<TakenRecord>> RingOwner::take(std::size_t max) { return s_->d
 Result<void> RingOwner::finish(std::span<const TakenRecord> batch, std::size_t handled) {
   return s_->data.finish(batch, handled);
 }
+Result<RingShare> RingOwner::ring_of(const TakenRecord& held) const { return s_->data.ring_of(held); }
 Result<bool> RingOwner::wait(std::chrono::milliseconds timeout) { return s_->data.wait(timeout); }
 Result<bool> RingOwner::arm() { return s_->data.arm(); }
 int RingOwner::fd() const { return s_->data.fd(); }
@@ -431,7 +432,9 @@ RingOwnerStats RingOwner::stats() const {
     }
     return st;
   });
-  out.registered = s_->data.registered();
+  const OwnerDataPlane::Registered registered = s_->data.registered();
+  out.registered = registered.footprint;
+  out.rings_outliving_sessions = registered.outliving;
   out.async_events = s_->data.async_event_counts();
   out.control_calls = s_->control_calls.load(std::memory_order_relaxed);
   out.control_task_failures = s_->control_task_failures.load(std::memory_order_relaxed);
@@ -494,6 +497,9 @@ std::string RingOwner::metrics() const {
   m.counters("owner_completion_errors_total", "Error completions by status", s.completion_errors, "status");
   m.counters("owner_async_events_total", "Asynchronous device events, acknowledged", s.async_events, "type");
   m.registrations("owner", s.device, s.registered.regions, s.registered.bytes);
+  m.gauge("owner_rings_outliving_sessions",
+          "Rings kept past their session's end by a held batch, a poll or a ring_of() share (counted in the registered bytes)",
+          static_cast<double>(s.rings_outliving_sessions));
   m.gauge("owner_sessions", "Sessions attached now", static_cast<double>(s.per_session.size()));
   for (const auto& ps : s.per_session) {
     const MetricsText::Labels id{{"session", std::to_string(ps.session)}};

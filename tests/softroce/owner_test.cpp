@@ -562,11 +562,12 @@ TEST_CASE("held batches: several in flight, released oldest first, their bytes i
   CHECK(owner->stats().rings.records == kRecords);
 }
 
-TEST_CASE("a held batch keeps its ring after its session has gone, and its finish releases nothing", "[softroce][owner]") {
+TEST_CASE("a held batch keeps its ring after its session has gone, ring_of() shares that ring, and its finish releases nothing", "[softroce][owner]") {
   RingOwnerOptions o = owner_options(wire::PublishMode::imm);
   o.lease = 1s;
   const auto owner = RingOwner::start(o);
   std::vector<TakenRecord> held;
+  RingShare share;
   {
     Producer p = Producer::attach(producer_options(*owner));
     REQUIRE(send_records(p, 10));
@@ -584,6 +585,15 @@ TEST_CASE("a held batch keeps its ring after its session has gone, and its finis
           return false;
         },
         30s));
+    // The whole ring the batch lies in, as a GPU delivery registers it (gpu/).
+    auto shared = owner->ring_of(held.front());
+    REQUIRE(shared);
+    share = std::move(shared).value();
+    CHECK(share.bytes.size() == o.ring_bytes);
+    for (const TakenRecord& t : held) {
+      CHECK(t.delivery.payload.data() >= share.bytes.data());
+      CHECK(t.delivery.payload.data() + t.delivery.payload.size() <= share.bytes.data() + share.bytes.size());
+    }
   }
   // The producer is gone: its session ends (by its lease of 1 s at the latest) while the batch is held.
   REQUIRE(wait_for([&] { return owner->session_count() == 0; }, 60s));
@@ -592,5 +602,20 @@ TEST_CASE("a held batch keeps its ring after its session has gone, and its finis
     CHECK(held[i].delivery.sequence == i);
     CHECK(record_matches(i, held[i].delivery.payload));
   }
+  CHECK(owner->ring_of(held.front()));  // by address: the session has gone, the batch's pin has not
+  // Still pinned, so still counted: the ring's MR, and the ring named as outliving its session.
+  CHECK(owner->stats().rings_outliving_sessions == 1);
+  CHECK(owner->stats().registered.bytes >= o.ring_bytes);
+  CHECK_THAT(owner->metrics(), Catch::Contains("rdmaring_owner_rings_outliving_sessions 1\n"));
   REQUIRE(owner->finish(held, held.size()));
+  // Finished: no batch holds the ring, so ring_of() refuses, and the share alone keeps it.
+  const auto after = owner->ring_of(held.front());
+  REQUIRE_FALSE(after);
+  CHECK(after.error() == errc::invalid_argument);
+  CHECK(share.keep.use_count() == 1);
+  for (std::uint64_t i = 0; i < held.size(); ++i) CHECK(record_matches(i, held[i].delivery.payload));
+  CHECK(owner->stats().rings_outliving_sessions == 1);
+  share = {};  // the last holder lets go: the ring is freed, and no longer counted
+  CHECK(owner->stats().rings_outliving_sessions == 0);
+  CHECK(owner->stats().registered.bytes == 0);
 }

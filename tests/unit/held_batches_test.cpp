@@ -64,6 +64,21 @@ TEST_CASE("held batches finish oldest first, or the newest is given back whole, 
   CHECK(h.empty());
 }
 
+TEST_CASE("a held batch's pins are found while it is held, and not once it has finished", "[core][held]") {
+  HeldBatches h;
+  const auto ring = [](int n) { return std::make_shared<int>(n); };
+  const auto is = [](int n) { return [n](const void* p) { return *static_cast<const int*>(p) == n; }; };
+  const auto a = ring(1), b = ring(2), c = ring(3);
+  h.hold({record(1, 0)}, {a, b});
+  h.hold({record(2, 0)}, {c});
+  CHECK(h.find_pin(is(2)) == b);
+  CHECK(h.find_pin(is(3)) == c);
+  CHECK(h.find_pin(is(4)) == nullptr);
+  REQUIRE(h.remove(std::vector<TakenRecord>{record(1, 0)}, 1));
+  CHECK(h.find_pin(is(2)) == nullptr);
+  CHECK(h.find_pin(is(3)) == c);
+}
+
 TEST_CASE("held batches over the owner core: any order tried, every record once, in order, intact until finished",
           "[property][held]") {
   rc::prop("take, hold, finish or give back any held batch with any count", [] {

@@ -151,7 +151,11 @@ void OwnerDataPlane::apply_actions(Notices& notices) {
       const auto it = rings_.find(c.session);
       if (it == rings_.end()) continue;
       drop_link(*it->second);
-      rings_.erase(it);  // freed now, or by the poll that holds its records
+      if (it->second.use_count() > 1) {
+        std::erase_if(outliving_, [](const auto& w) { return w.expired(); });
+        outliving_.push_back(it->second);
+      }
+      rings_.erase(it);  // freed now, or by whatever holds it: a poll, a held batch, a share
     }
     notices.closed.insert(notices.closed.end(), std::make_move_iterator(ended.begin()), std::make_move_iterator(ended.end()));
     // The QPs are destroyed: every completion they will ever make is in the CQ now. Drained
@@ -178,14 +182,26 @@ void OwnerDataPlane::notify(const Notices& notices) const {
   waiter_->wake();
 }
 
-RegistrationFootprint OwnerDataPlane::registered() const {
+OwnerDataPlane::Registered OwnerDataPlane::registered() const {
+  // Declared before the lock, so released after it: one of these may be a ring's last holder,
+  // and a ring is not freed under the lock.
+  std::vector<std::shared_ptr<SessionRing>> looked_at;
   std::lock_guard lock(m_);
-  RegistrationFootprint f;
-  for (const auto& [id, r] : rings_) {
-    f.add(r->ring_mr);
-    f.add(r->tail_mr);
+  Registered out;
+  const auto add = [&out](const SessionRing& r) {
+    out.footprint.add(r.ring_mr);
+    out.footprint.add(r.tail_mr);
+  };
+  for (const auto& [id, r] : rings_) add(*r);
+  std::erase_if(outliving_, [](const auto& w) { return w.expired(); });
+  for (const auto& w : outliving_) {
+    if (auto r = w.lock()) {
+      add(*r);
+      ++out.outliving;
+      looked_at.push_back(std::move(r));
+    }
   }
-  return f;
+  return out;
 }
 
 std::map<std::string, std::uint64_t> OwnerDataPlane::async_event_counts() const {
@@ -443,6 +459,23 @@ Result<void> OwnerDataPlane::finish(std::span<const TakenRecord> batch, std::siz
   unpin.clear();
   notify(notices);
   return success();
+}
+
+Result<RingShare> OwnerDataPlane::ring_of(const TakenRecord& held) const {
+  // By address, not by session: a held record's session may have ended, and its ring left
+  // rings_, while the batch's pin keeps it.
+  const std::byte* header = held.delivery.payload.data() - wire::kRecordHeaderSize;
+  std::lock_guard lock(m_);
+  const std::shared_ptr<void> pin = held_.find_pin([header](const void* p) {
+    const auto& ring = static_cast<const SessionRing*>(p)->ring;
+    return header >= ring.data() && header < ring.data() + ring.size();
+  });
+  if (!pin)
+    return make_error(errc::invalid_argument, "ring_of(): record " + std::to_string(held.delivery.sequence) +
+                                                  " of session " + std::to_string(held.delivery.session) +
+                                                  " is in no held batch");
+  const verbs::AlignedBuffer& ring = static_cast<const SessionRing*>(pin.get())->ring;
+  return RingShare{ring.bytes(), std::shared_ptr<const void>(pin, ring.data())};
 }
 
 // ---- the control thread -------------------------------------------------------------------------

@@ -35,6 +35,7 @@
 #include "rdmaring/control_security.hpp"
 #include "rdmaring/delivery_batch.hpp"
 #include "rdmaring/error.hpp"
+#include "rdmaring/held_batches.hpp"
 #include "rdmaring/owner_core.hpp"
 #include "rdmaring/session_table.hpp"
 #include "rdmaring/registration_footprint.hpp"
@@ -104,7 +105,10 @@ struct SessionStats {
 
 struct RingOwnerStats {
   std::string device;  // the verbs device rdma_cm bound the data port to
-  RegistrationFootprint registered;  // the rings' and tail records' MRs, now
+  RegistrationFootprint registered;  // the rings' and tail records' MRs, now (outliving rings' too)
+  // Rings kept past their session's end, by a held batch, an open poll or a ring_of() share:
+  // still allocated and registered until the last of those lets go.
+  std::uint64_t rings_outliving_sessions = 0;
   SessionCounters sessions;
   std::uint64_t control_calls = 0;
   std::uint64_t control_task_failures = 0;  // control-thread tasks (listener, rdma_cm, leases) that failed
@@ -184,6 +188,12 @@ class RingOwner {
   // Errors: invalid_argument, changing nothing, for any other finish, a batch not held, or
   // `handled` past its end.
   Result<void> finish(std::span<const TakenRecord> batch, std::size_t handled);
+  // The whole ring a record of a held batch lies in, and a share that keeps the ring allocated
+  // (and registered with the device) while it is kept, after the batch's finish and the
+  // session's end: for a consumer that registers each ring once with another device, as the GPU
+  // delivery does with CUDA, and lets go once the share is the last (use_count() 1).
+  // From the polling thread. Errors: invalid_argument for a record of no held batch.
+  Result<RingShare> ring_of(const TakenRecord& held) const;
 
   // ---- sleeping instead of spinning (protocol-spec/wakeup.md) ----
   // From the polling thread, between polls: sleeps until poll() may have work or `timeout`

@@ -17,6 +17,14 @@
 
 namespace rdmaring {
 
+// The ring a held record lies in (RingOwner::ring_of), for a consumer that registers each ring
+// once with another device, as the GPU delivery does with CUDA: its bytes, and a share that
+// keeps them allocated while it is kept, past the batch's finish and its session's end.
+struct RingShare {
+  std::span<std::byte> bytes;
+  std::shared_ptr<const void> keep;
+};
+
 class HeldBatches {
  public:
   struct Batch {
@@ -33,6 +41,15 @@ class HeldBatches {
   // size (an empty `batch` with 0: an empty Batch, nothing held changes). Errors:
   // invalid_argument, saying which rule, and nothing changes.
   Result<Batch> remove(std::span<const TakenRecord> batch, std::size_t handled);
+
+  // The first pin of a held batch for which holds(pin.get()) is true, or null.
+  template <class Holds>
+  std::shared_ptr<void> find_pin(Holds&& holds) const {
+    for (const Batch& b : held_)
+      for (const auto& p : b.pins)
+        if (holds(p.get())) return p;
+    return nullptr;
+  }
 
   bool empty() const noexcept { return held_.empty(); }
   std::size_t size() const noexcept { return held_.size(); }

@@ -123,6 +123,9 @@ class OwnerDataPlane {
   // invalid_argument (a batch not held, out of order, or `handled` past its end), and nothing
   // changes.
   Result<void> finish(std::span<const TakenRecord> batch, std::size_t handled);
+  // The ring a record of a held batch lies in, and a share of it (owner.md §5.1). Errors:
+  // invalid_argument for a record of no held batch.
+  Result<RingShare> ring_of(const TakenRecord& held) const;
   // Before the polling thread sleeps (protocol-spec/wakeup.md): takes what is waiting, asks
   // tail-mode producers for doorbells, arms the CQ and looks again. false: there is work now (or
   // a wake() came), poll instead of sleeping; true: fd() becomes readable at the next event. Errors:
@@ -143,7 +146,13 @@ class OwnerDataPlane {
     std::lock_guard lock(m_);
     return f(core_, counters_);
   }
-  RegistrationFootprint registered() const;
+  // The rings' and tail records' MRs now, those of rings kept past their session's end (by a
+  // held batch, an open poll or a ring_of() share) included, and how many such rings there are.
+  struct Registered {
+    RegistrationFootprint footprint;
+    std::uint64_t outliving = 0;
+  };
+  Registered registered() const;
   std::map<std::string, std::uint64_t> async_event_counts() const;
   // CRC-32C of a session's whole ring as it is in memory now. For audits.
   std::optional<std::uint32_t> ring_checksum(SessionId session) const;
@@ -211,6 +220,8 @@ class OwnerDataPlane {
   OwnerCore core_;
   DataPlaneCounters counters_;
   std::map<SessionId, std::shared_ptr<SessionRing>> rings_;
+  // Rings whose session ended while something else held them: still pinned, so still counted.
+  mutable std::vector<std::weak_ptr<SessionRing>> outliving_;
   std::unordered_map<std::uint32_t, SessionId> by_qp_;
   std::unordered_map<rdma_cm_id*, SessionId> by_cm_;
   std::unordered_map<SessionId, Fault> faults_;  // tests only: checked after one empty() on the data path

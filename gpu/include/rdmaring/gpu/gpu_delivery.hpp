@@ -5,7 +5,9 @@
 // valid only from the descriptor table, copied in stream order after the records, and from the
 // consumer's kernel, launched after that: a CPU-initiated CUDA operation, never the NIC's
 // completion. Several batches may be in copy at once (one per slot); they are released in the
-// order they were taken.
+// order they were taken. The rings are registered with CUDA as records of them first arrive,
+// when the owner side says which ring a record lies in (RingOwner::ring_of), or given at
+// construction.
 #pragma once
 
 #include <algorithm>
@@ -19,7 +21,9 @@
 
 #include "rdmaring/gpu/cuda_objects.hpp"
 #include "rdmaring/gpu/gpu_batch.hpp"
+#include "rdmaring/held_batches.hpp"
 #include "rdmaring/owner_core.hpp"
+#include "rdmaring/wire.hpp"
 
 namespace rdmaring::gpu {
 
@@ -38,13 +42,18 @@ Result<void> finish_on(Owner& owner, std::span<const TakenRecord> taken, std::si
 struct GpuDeliveryOptions {
   std::size_t slots = 4;           // batches in copy or being consumed at once
   std::size_t max_records = 4096;  // per batch
+  // Device bytes per slot: a batch's record spans (header and padding included) must fit. 0:
+  // the total size of the rings given at construction, which any batch fits.
+  std::size_t slot_bytes = 0;
 };
 
 class GpuDelivery {
  public:
-  // `rings`: every ring a batch may come from; each is registered with CUDA here. A slot holds
-  // their total size, so any batch fits (a session's records being consumed never exceed its ring).
-  GpuDelivery(std::span<const std::span<std::byte>> rings, GpuDeliveryOptions options = {});
+  // `rings`: rings a batch may come from, registered with CUDA here; may be empty for an owner
+  // side with ring_of(), whose rings are registered as their records arrive, and let go once
+  // the owner side has freed its share. Throws SetupError: bad_config for no slot, no record
+  // per batch, or no slot bytes; a CUDA failure of a registration or allocation.
+  explicit GpuDelivery(std::span<const std::span<std::byte>> rings, GpuDeliveryOptions options = {});
   GpuDelivery(const GpuDelivery&) = delete;
   GpuDelivery& operator=(const GpuDelivery&) = delete;
   ~GpuDelivery();
@@ -52,28 +61,34 @@ class GpuDelivery {
   // The stream the copies run on: a consumer launches on it so that it runs after them.
   cudaStream_t stream() const noexcept { return stream_.get(); }
   std::size_t in_copy() const noexcept { return in_copy_.size(); }
+  // Rings registered with CUDA now: those given at construction, and those the owner side
+  // shared and still holds.
+  std::size_t registered_rings() const noexcept { return registrations_.size(); }
 
-  // One step, over an owner side with take(max) -> vector<TakenRecord> (or a Result of one) and
-  // finish(span, handled) (LoopbackOwner; RingOwner's held batches): first releases the batches
-  // whose copy completed, oldest first; then, if a slot is free, takes up to `max` records,
-  // copies them and calls launch(stream, GpuBatch) to enqueue their consumer. Returns how many
-  // records it took.
+  // One step, over an owner side with take(max) -> vector<TakenRecord> (or a Result of one),
+  // finish(span, handled) and optionally ring_of(record) -> Result<RingShare> (LoopbackOwner;
+  // RingOwner's held batches): first releases the batches whose copy completed, oldest first;
+  // then, if a slot is free, takes up to `max` records whose spans fit a slot, registers any
+  // ring not yet registered, copies them and calls launch(stream, GpuBatch) to enqueue their
+  // consumer. Returns how many records it took. Errors: the owner side's; CUDA's; for a record
+  // that fits no slot, record_too_large (it is given back, and stays first).
   template <class Owner, class Launch>
   Result<std::size_t> poll(Owner& owner, std::size_t max, Launch&& launch) {
     BOOST_OUTCOME_TRYV(release_copied(owner));
+    let_go_of_one_freed_ring();
     Slot* slot = free_slot();
     if (!slot) return std::size_t{0};
-    Result<std::vector<TakenRecord>> took = owner.take(std::min(max, options_.max_records));
-    if (!took) return std::move(took).error();
-    std::vector<TakenRecord> taken = std::move(took).value();
+    BOOST_OUTCOME_TRY(taken, take_fitting(owner, std::min(max, options_.max_records)));
     if (taken.empty()) return std::size_t{0};
-    auto copied = copy(*slot, taken);
-    Result<void> enqueued = success();
-    if (copied) {
-      launch(stream(), copied.value());
-      enqueued = record_consumed(*slot);
-    } else {
-      enqueued = std::move(copied).error();
+    Result<void> enqueued = register_rings(owner, taken);
+    if (enqueued) {
+      auto copied = copy(*slot, taken);
+      if (copied) {
+        launch(stream(), copied.value());
+        enqueued = record_consumed(*slot);
+      } else {
+        enqueued = std::move(copied).error();
+      }
     }
     if (!enqueued) {
       // Nothing was made valid on the GPU: the records go back, unreleased (the newest batch,
@@ -106,6 +121,37 @@ class GpuDelivery {
   }
 
  private:
+  // A batch whose spans overflow a slot is given back whole (it is the newest held) and taken
+  // again, as many records as fitted.
+  template <class Owner>
+  Result<std::vector<TakenRecord>> take_fitting(Owner& owner, std::size_t max) {
+    for (;;) {
+      Result<std::vector<TakenRecord>> took = owner.take(max);
+      if (!took) return took;
+      const std::size_t fit = fitting(took.value());
+      if (fit == took.value().size()) return took;
+      BOOST_OUTCOME_TRYV(finish_on(owner, took.value(), 0));
+      if (fit == 0) return too_large(took.value().front());
+      max = fit;
+    }
+  }
+
+  template <class Owner>
+  Result<void> register_rings(Owner& owner, std::span<const TakenRecord> taken) {
+    if constexpr (requires { owner.ring_of(taken.front()); }) {
+      for (const TakenRecord& t : taken) {
+        if (registration_of(header_of(t), wire::record_span(t.delivery.payload.size()))) continue;
+        BOOST_OUTCOME_TRY(share, owner.ring_of(t));
+        BOOST_OUTCOME_TRYV(add_registration(std::move(share)));
+      }
+    }
+    return success();
+  }
+
+  struct Registration {
+    HostRegistration cuda;
+    std::shared_ptr<const void> share;  // the owner side's; null for a ring given at construction
+  };
   struct Slot {
     Slot(std::size_t capacity, std::size_t max_records)
         : bytes(capacity), records(max_records * sizeof(GpuRecord)), table(max_records * sizeof(GpuRecord)) {}
@@ -122,13 +168,22 @@ class GpuDelivery {
   };
 
   static Result<bool> completed(const CudaEvent& e);
+  static const std::byte* header_of(const TakenRecord& t) noexcept {
+    return t.delivery.payload.data() - wire::kRecordHeaderSize;
+  }
+  std::size_t fitting(std::span<const TakenRecord> taken) const noexcept;
+  Error too_large(const TakenRecord& t) const;
+  Result<void> add_registration(RingShare share);
+  void let_go_of_one_freed_ring() noexcept;
   Slot* free_slot();
   Result<GpuBatch> copy(Slot& slot, std::span<const TakenRecord> taken);
   Result<void> record_consumed(Slot& slot);
-  const HostRegistration* registration_of(const std::byte* p, std::size_t n) const noexcept;
+  const HostRegistration* registration_of(const std::byte* p, std::size_t n) noexcept;
 
   GpuDeliveryOptions options_;
-  std::vector<HostRegistration> registrations_;
+  std::vector<Registration> registrations_;
+  std::size_t last_registration_ = 0;  // where the previous lookup found its ring
+  std::size_t next_to_check_ = 0;      // the shared ring let_go_of_one_freed_ring() looks at next
   std::deque<Slot> slots_;
   std::size_t next_slot_ = 0;
   std::deque<InCopy> in_copy_;
